@@ -1,0 +1,137 @@
+package auth
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/golang-jwt/jwt/v5"
+)
+
+// ErrInvalidToken is returned by Verify for every token that must get 401:
+// malformed, wrongly signed, wrong algorithm, expired, or without sub.
+var ErrInvalidToken = errors.New("auth: invalid token")
+
+// SecretFile is the name of the persisted secret inside the data directory.
+const SecretFile = "jwt.secret"
+
+// MinSecretLen is the shortest secret accepted, in bytes.
+const MinSecretLen = 16
+
+// MaxUserLen bounds the sub claim, in bytes.
+const MaxUserLen = 128
+
+// Signer mints and verifies HS256 tokens with one secret.
+type Signer struct {
+	secret []byte
+}
+
+// NewSigner returns a Signer for secret (at least MinSecretLen bytes).
+func NewSigner(secret []byte) (*Signer, error) {
+	if len(secret) < MinSecretLen {
+		return nil, fmt.Errorf("auth: secret must be at least %d bytes, got %d", MinSecretLen, len(secret))
+	}
+	return &Signer{secret: append([]byte(nil), secret...)}, nil
+}
+
+// LoadSecret returns the secret from env (TETRA_JWT_SECRET's value) when it
+// is not empty; otherwise it reads dataDir/jwt.secret, creating the directory
+// and a new random 32-byte secret when missing.
+func LoadSecret(env, dataDir string) ([]byte, error) {
+	if env != "" {
+		return []byte(env), nil
+	}
+	if dataDir == "" {
+		return nil, errors.New("auth: no TETRA_JWT_SECRET and no data directory to keep a secret in")
+	}
+	path := filepath.Join(dataDir, SecretFile)
+	b, err := os.ReadFile(path)
+	if err == nil {
+		s := strings.TrimSpace(string(b))
+		if len(s) < MinSecretLen {
+			return nil, fmt.Errorf("auth: %s holds a secret shorter than %d bytes", path, MinSecretLen)
+		}
+		return []byte(s), nil
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("auth: read %s: %w", path, err)
+	}
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("auth: create data directory %s: %w", dataDir, err)
+	}
+	raw := make([]byte, 32)
+	if _, err := rand.Read(raw); err != nil {
+		return nil, err
+	}
+	s := hex.EncodeToString(raw)
+	// O_EXCL: if another process created it first, use theirs.
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, os.ErrExist) {
+		return LoadSecret("", dataDir)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("auth: create %s: %w", path, err)
+	}
+	if _, err := f.WriteString(s + "\n"); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("auth: write %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return nil, err
+	}
+	return []byte(s), nil
+}
+
+// Issue mints a token for user. ttl <= 0 mints a token without exp.
+func (s *Signer) Issue(user string, ttl time.Duration) (string, error) {
+	if err := ValidUser(user); err != nil {
+		return "", err
+	}
+	claims := jwt.MapClaims{"sub": user, "iat": time.Now().Unix()}
+	if ttl > 0 {
+		claims["exp"] = time.Now().Add(ttl).Unix()
+	}
+	return jwt.NewWithClaims(jwt.SigningMethodHS256, claims).SignedString(s.secret)
+}
+
+// Verify checks token and returns its sub. Every failure wraps
+// ErrInvalidToken.
+func (s *Signer) Verify(token string) (string, error) {
+	if token == "" || len(token) > 4096 {
+		return "", fmt.Errorf("%w: missing or oversized", ErrInvalidToken)
+	}
+	var claims jwt.RegisteredClaims
+	// exp is optional (PROTOCOL.md §1) and checked by the parser when present.
+	_, err := jwt.ParseWithClaims(token, &claims, func(*jwt.Token) (any, error) { return s.secret, nil },
+		jwt.WithValidMethods([]string{jwt.SigningMethodHS256.Alg()}))
+	if err != nil {
+		return "", fmt.Errorf("%w: %v", ErrInvalidToken, err)
+	}
+	if err := ValidUser(claims.Subject); err != nil {
+		return "", fmt.Errorf("%w: %v", ErrInvalidToken, err)
+	}
+	return claims.Subject, nil
+}
+
+// ValidUser checks a user id: 1..MaxUserLen bytes of UTF-8 without control
+// characters.
+func ValidUser(user string) error {
+	if user == "" {
+		return errors.New("user id (sub) is required")
+	}
+	if len(user) > MaxUserLen || !utf8.ValidString(user) {
+		return fmt.Errorf("user id must be 1..%d bytes of valid UTF-8", MaxUserLen)
+	}
+	for _, r := range user {
+		if r < 0x20 || r == 0x7f {
+			return errors.New("user id must not contain control characters")
+		}
+	}
+	return nil
+}

@@ -1,0 +1,215 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/tetra-messenger/tetra/workload/auth"
+	"github.com/tetra-messenger/tetra/workload/server"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+const usage = `usage: tetra <command> [flags]
+
+commands:
+  serve     run the messenger (default: SQLite in ./data, in-process index, :8080)
+  token     print a token:  tetra token --user alice
+  loadgen   drive load and reconcile every message
+
+Run "tetra <command> -h" for the flags of a command.
+`
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	var err error
+	switch args[0] {
+	case "serve":
+		err = serve(args[1:], stderr)
+	case "token":
+		err = token(args[1:], stdout, stderr)
+	case "loadgen":
+		err = loadgenCmd(args[1:], stdout, stderr)
+	case "-h", "--help", "help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	default:
+		fmt.Fprintf(stderr, "tetra: unknown command %q\n\n%s", args[0], usage)
+		return 2
+	}
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "tetra %s: %v\n", args[0], err)
+		return 1
+	}
+	return 0
+}
+
+// envDefaults sets every flag not given on the command line from its
+// TETRA_* environment variable.
+func envDefaults(fs *flag.FlagSet) error {
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	var errs []error
+	fs.VisitAll(func(f *flag.Flag) {
+		if given[f.Name] {
+			return
+		}
+		env := envName(f.Name)
+		if v, ok := os.LookupEnv(env); ok {
+			if err := f.Value.Set(v); err != nil {
+				errs = append(errs, fmt.Errorf("%s=%q: %v", env, v, err))
+			}
+		}
+	})
+	return errors.Join(errs...)
+}
+
+// envName is the environment variable of a flag: TETRA_ plus the name in
+// upper case, except --data, whose variable is TETRA_DATA_DIR.
+func envName(flagName string) string {
+	if flagName == "data" {
+		return "TETRA_DATA_DIR"
+	}
+	return "TETRA_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+func newLogger(format, level string, w io.Writer) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level: %v", err)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format must be text or json, got %q", format)
+}
+
+// serverFlags registers the server's flags on fs and returns a function
+// that builds the Config once fs is parsed.
+func serverFlags(fs *flag.FlagSet) func() (server.Config, error) {
+	cfg := server.DefaultConfig()
+	t := &cfg.Tuning
+	fs.StringVar(&cfg.Addr, "addr", cfg.Addr, "listen address")
+	fs.StringVar(&cfg.DataDir, "data", cfg.DataDir, "data directory (SQLite database, persisted token secret)")
+	fs.StringVar(&cfg.Store, "store", "", `history and outbox store: "" (SQLite in --data) or sqlite:///path.db`)
+	fs.StringVar(&cfg.Index, "index", "", `waterline index: "" or memory (in process)`)
+	fs.DurationVar(&t.Lease, "lease", t.Lease, "re-deliver an unacknowledged message after this long")
+	fs.IntVar(&t.MaxDeliveryAttempts, "max-delivery-attempts", t.MaxDeliveryAttempts, "withdraw a client (4002) when a message is due after this many sends")
+	fs.IntVar(&t.MaxPending, "max-pending", t.MaxPending, "withdraw a client (4003) with more unacknowledged messages than this")
+	fs.DurationVar(&t.ReconnectGrace, "reconnect-grace", t.ReconnectGrace, "spare connections younger than this from the overload and attempts reapers")
+	fs.DurationVar(&t.PingInterval, "ping-interval", t.PingInterval, "server ping cadence")
+	fs.DurationVar(&t.PingTimeout, "ping-timeout", t.PingTimeout, "close as idle (4004) after ping-interval+ping-timeout of silence")
+	fs.DurationVar(&t.GCGrace, "gc-grace", t.GCGrace, "never delete an outbox row younger than this")
+	fs.DurationVar(&t.GCInterval, "gc-interval", t.GCInterval, "waterline GC cadence")
+	fs.DurationVar(&t.OutboxRetention, "outbox-retention", t.OutboxRetention, "age backstop: delete outbox rows older than this even when pinned")
+	fs.DurationVar(&t.HistoryRetention, "history-retention", t.HistoryRetention, "purge history older than this (must exceed --outbox-retention)")
+	fs.DurationVar(&t.PollInterval, "poll-interval", t.PollInterval, "outbox poller cadence")
+	fs.IntVar(&t.PollBatch, "poll-batch", t.PollBatch, "rows the poller reads per scan")
+	fs.IntVar(&t.MaxBodyBytes, "max-body", t.MaxBodyBytes, "largest message body in bytes")
+	fs.IntVar(&t.MaxInFlightSends, "max-inflight", t.MaxInFlightSends, "per-connection credits: sends awaiting an answer")
+	fs.IntVar(&t.SendsPerSecond, "send-rate", t.SendsPerSecond, "per-connection sends per second")
+	fs.IntVar(&cfg.Ingest.QueueSize, "inbound-queue", 8000, "inbound queue; beyond it sends are shed as overloaded")
+	fs.IntVar(&cfg.Ingest.BatchSize, "commit-batch", 36, "group commit: messages per transaction")
+	fs.DurationVar(&cfg.Ingest.BatchWait, "commit-wait", 5*time.Millisecond, "group commit: longest wait to fill a batch")
+	fs.IntVar(&cfg.Delivery.FastQueue, "fast-queue", 8000, "fast-path queue; when full, delivery falls back to the poller")
+	fs.IntVar(&cfg.Delivery.Concurrency, "delivery-concurrency", 32, "fast-path delivery workers")
+	fs.IntVar(&cfg.MaxConns, "max-conns", cfg.MaxConns, "WebSocket connections in total")
+	fs.IntVar(&cfg.MaxConnsPerUser, "max-conns-per-user", cfg.MaxConnsPerUser, "WebSocket connections per user")
+	origins := fs.String("allowed-origins", "", "comma-separated extra Origin host patterns allowed to open sockets")
+	return func() (server.Config, error) {
+		cfg.JWTSecret = os.Getenv("TETRA_JWT_SECRET")
+		if *origins != "" {
+			cfg.AllowedOrigins = strings.Split(*origins, ",")
+		}
+		return cfg, cfg.Tuning.Validate()
+	}
+}
+
+func serve(args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	build := serverFlags(fs)
+	logFormat := fs.String("log-format", "text", "log format: text or json")
+	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := envDefaults(fs); err != nil {
+		return err
+	}
+	log, err := newLogger(*logFormat, *logLevel, stderr)
+	if err != nil {
+		return err
+	}
+	cfg, err := build()
+	if err != nil {
+		return err
+	}
+	cfg.Logger = log
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	srv, err := server.New(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	if err := srv.Start(ctx); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	log.Info("shutting down")
+	sctx, cancel := context.WithTimeout(context.Background(), 25*time.Second)
+	defer cancel()
+	return srv.Shutdown(sctx)
+}
+
+func token(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("token", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	user := fs.String("user", "", "user id (the token's sub); required")
+	dataDir := fs.String("data", "./data", "data directory whose persisted secret signs the token (ignored when TETRA_JWT_SECRET is set)")
+	ttl := fs.Duration("ttl", 0, "token lifetime (0: no exp)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := envDefaults(fs); err != nil {
+		return err
+	}
+	if *user == "" {
+		return errors.New("--user is required")
+	}
+	secret, err := auth.LoadSecret(os.Getenv("TETRA_JWT_SECRET"), *dataDir)
+	if err != nil {
+		return err
+	}
+	signer, err := auth.NewSigner(secret)
+	if err != nil {
+		return err
+	}
+	tok, err := signer.Issue(*user, *ttl)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, tok)
+	return nil
+}

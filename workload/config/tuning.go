@@ -1,0 +1,122 @@
+package config
+
+import (
+	"fmt"
+	"time"
+)
+
+// Tuning is the live-tunable configuration. The zero value is not valid;
+// start from Default().
+type Tuning struct {
+	// Lease is how long a sent, unacknowledged message waits before the
+	// poller re-delivers it. Default 10 s. Keep it well above the P99.9
+	// delivery-to-ack latency (paper: "claim-lease").
+	Lease time.Duration
+	// MaxDeliveryAttempts: a message sent this many times without an ack
+	// withdraws its recipient from live delivery (close 4002). Default 3.
+	MaxDeliveryAttempts int
+	// MaxPending: a client with more unacknowledged messages than this is
+	// withdrawn (close 4003). Default 20.
+	MaxPending int
+	// ReconnectGrace: the attempts and overload reapers spare a connection
+	// younger than this. Default 0 (the paper measured larger values as
+	// counter-productive under load).
+	ReconnectGrace time.Duration
+	// PingInterval is how often the server pings each connection; reported
+	// to clients in hello. Default 15 s.
+	PingInterval time.Duration
+	// PingTimeout: a connection that answered no ping and sent no frame
+	// for PingInterval+PingTimeout is closed as idle (4004). Default 10 s.
+	PingTimeout time.Duration
+	// GCGrace: an outbox row younger than this is never deleted. Default 5 s.
+	GCGrace time.Duration
+	// GCInterval is the cadence of the waterline GC. Default 1 s.
+	GCInterval time.Duration
+	// OutboxRetention is the age backstop: outbox rows older than this are
+	// deleted even when pinned. Default 26 h.
+	OutboxRetention time.Duration
+	// HistoryRetention: history older than this is purged. Default 90 days.
+	// Must exceed OutboxRetention (invariant I4).
+	HistoryRetention time.Duration
+	// PollInterval is the outbox poller's cadence. Default 100 ms.
+	PollInterval time.Duration
+	// PollBatch is the most rows the poller reads per scan call. Default 6000.
+	PollBatch int
+	// MaxBodyBytes is the largest message body accepted, in bytes of UTF-8.
+	// Default 4096.
+	MaxBodyBytes int
+	// MaxInFlightSends is the per-connection credit: sends not yet answered.
+	// Default 64.
+	MaxInFlightSends int
+	// SendsPerSecond is the per-connection send rate (token bucket with a
+	// burst of the same size). Default 50.
+	SendsPerSecond int
+}
+
+// Default returns the paper's defaults.
+func Default() Tuning {
+	return Tuning{
+		Lease:               10 * time.Second,
+		MaxDeliveryAttempts: 3,
+		MaxPending:          20,
+		ReconnectGrace:      0,
+		PingInterval:        15 * time.Second,
+		PingTimeout:         10 * time.Second,
+		GCGrace:             5 * time.Second,
+		GCInterval:          time.Second,
+		OutboxRetention:     26 * time.Hour,
+		HistoryRetention:    90 * 24 * time.Hour,
+		PollInterval:        100 * time.Millisecond,
+		PollBatch:           6000,
+		MaxBodyBytes:        4096,
+		MaxInFlightSends:    64,
+		SendsPerSecond:      50,
+	}
+}
+
+// Validate checks every field's range and the cross-field rules; the error
+// names the offending key as it appears in Keys (for example
+// "maxDeliveryAttempts must be between 1 and 100, got 0").
+func (t Tuning) Validate() error {
+	type rng struct {
+		key       string
+		v, lo, hi int64
+	}
+	checks := []rng{
+		{"lease", int64(t.Lease), int64(100 * time.Millisecond), int64(time.Hour)},
+		{"maxDeliveryAttempts", int64(t.MaxDeliveryAttempts), 1, 100},
+		{"maxPending", int64(t.MaxPending), 1, 100000},
+		{"reconnectGrace", int64(t.ReconnectGrace), 0, int64(time.Hour)},
+		{"pingInterval", int64(t.PingInterval), int64(100 * time.Millisecond), int64(10 * time.Minute)},
+		{"pingTimeout", int64(t.PingTimeout), int64(100 * time.Millisecond), int64(10 * time.Minute)},
+		{"gcGrace", int64(t.GCGrace), 0, int64(time.Hour)},
+		{"gcInterval", int64(t.GCInterval), int64(10 * time.Millisecond), int64(time.Hour)},
+		{"outboxRetention", int64(t.OutboxRetention), int64(time.Minute), int64(365 * 24 * time.Hour)},
+		{"historyRetention", int64(t.HistoryRetention), int64(time.Hour), int64(100 * 365 * 24 * time.Hour)},
+		{"pollInterval", int64(t.PollInterval), int64(time.Millisecond), int64(time.Minute)},
+		{"pollBatch", int64(t.PollBatch), 1, 1000000},
+		{"maxBodyBytes", int64(t.MaxBodyBytes), 1, 60000},
+		{"maxInFlightSends", int64(t.MaxInFlightSends), 1, 100000},
+		{"sendsPerSecond", int64(t.SendsPerSecond), 1, 1000000},
+	}
+	for _, c := range checks {
+		if c.v < c.lo || c.v > c.hi {
+			if isDuration(c.key) {
+				return fmt.Errorf("%s must be between %v and %v, got %v", c.key, time.Duration(c.lo), time.Duration(c.hi), time.Duration(c.v))
+			}
+			return fmt.Errorf("%s must be between %d and %d, got %d", c.key, c.lo, c.hi, c.v)
+		}
+	}
+	if t.HistoryRetention <= t.OutboxRetention {
+		return fmt.Errorf("historyRetention (%v) must exceed outboxRetention (%v): history must outlive every outbox row (invariant I4)", t.HistoryRetention, t.OutboxRetention)
+	}
+	return nil
+}
+
+func isDuration(key string) bool {
+	switch key {
+	case "maxDeliveryAttempts", "maxPending", "pollBatch", "maxBodyBytes", "maxInFlightSends", "sendsPerSecond":
+		return false
+	}
+	return true
+}

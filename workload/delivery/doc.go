@@ -1,0 +1,35 @@
+// Package delivery is live delivery: it pushes committed messages to the
+// sockets of connected recipients until they acknowledge (G2), withdraws the
+// clients that stop acknowledging, and reclaims the outbox below the Tetris
+// waterline.
+//
+// Two paths reach a socket. The fast path takes the accept pipeline's
+// hand-off right after commit and writes to the recipients' connections
+// through a bounded queue (default 8000) and a pool of workers (default 32);
+// when the queue is full it sheds, and the poller picks the row up. The
+// poller reads the outbox oldest-first from its scan position, delivers what
+// the fast path missed, and re-delivers what is unacknowledged past its lease
+// (default 10 s). The fast path and the poller never both deliver a row to the
+// same connection: each connection keeps the position up to which the poller
+// examined its rows (its horizon) and the positions above it that the fast
+// path already sent.
+//
+// Every send is recorded in the waterline index (package waterline): the
+// connection's pending set, with attempts and lease. Three reapers, each a
+// separate policy (policy.go), withdraw a connection from live delivery: idle
+// (no pong or frame for pingInterval+pingTimeout, close 4004), overload
+// (pending > maxPending, close 4003) and attempts (a message due again after
+// maxDeliveryAttempts sends, close 4002). Withdrawal removes the whole
+// pending set and closes that exact connection; a verdict about a connection
+// that has already been superseded or closed is a no-op, because the
+// connection object is the epoch.
+//
+// GC computes the safe-delete line as the minimum over the index's pins and
+// the poller's hold (its scan position: rows it has not examined yet are
+// never deleted, which closes the paper's in-flight window for connected
+// clients), caps it by the grace (a row younger than gcGrace is never
+// deleted), lifts it by the age backstop (rows older than outboxRetention go
+// regardless), and deletes the prefix below it. Before any delete after a
+// start, a reset or a change of the index server's identity, GC rebuilds the
+// index from a full scan of the outbox; an index error deletes nothing.
+package delivery

@@ -1,0 +1,627 @@
+package delivery
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+
+	"github.com/tetra-messenger/tetra/workload/config"
+	"github.com/tetra-messenger/tetra/workload/history"
+	"github.com/tetra-messenger/tetra/workload/outbox"
+	"github.com/tetra-messenger/tetra/workload/protocol"
+	"github.com/tetra-messenger/tetra/workload/waterline"
+)
+
+// Conn is the engine's view of one WebSocket connection. The server's
+// session implements it.
+type Conn interface {
+	// ID is the connection id, unique per connection (the epoch).
+	ID() string
+	User() string
+	Device() string
+	// Enqueue puts an encoded frame on the connection's bounded outbound
+	// queue without blocking; false when the queue is full or closed.
+	Enqueue(frame []byte) bool
+	// Close closes the socket with code (PROTOCOL.md §3) once; later calls
+	// are no-ops. It must not block.
+	Close(code int, reason string)
+}
+
+// Config sizes the engine. Zero fields take the defaults.
+type Config struct {
+	FastQueue    int           // fast-path queue; default 8000
+	Concurrency  int           // fast-path workers; default 32
+	HoldTTL      time.Duration // lifetime of the poller's hold without refresh; default 30 s
+	StoreTimeout time.Duration // per outbox or index call; default 5 s
+	// Holder names this process's poller hold in the index; default a
+	// random "poller-<ulid>".
+	Holder string
+}
+
+func (c Config) withDefaults() Config {
+	if c.FastQueue <= 0 {
+		c.FastQueue = 8000
+	}
+	if c.Concurrency <= 0 {
+		c.Concurrency = 32
+	}
+	if c.HoldTTL <= 0 {
+		c.HoldTTL = 30 * time.Second
+	}
+	if c.StoreTimeout <= 0 {
+		c.StoreTimeout = 5 * time.Second
+	}
+	if c.Holder == "" {
+		c.Holder = "poller-" + ulid.Make().String()
+	}
+	return c
+}
+
+// Stats are the engine's counters since start. All fields are totals except
+// Connected, SafeLine and OutboxDepth-like gauges.
+type Stats struct {
+	Connected       int
+	FastDeliveries  int64 // frames sent by the fast path
+	PollDeliveries  int64 // first sends by the poller
+	Redeliveries    int64 // re-sends after a lease expired
+	FastShed        int64 // fast-path items dropped to the poller
+	Acks            int64 // message ids acknowledged
+	Withdrawals     map[string]int64
+	GCDeleted       int64
+	GCPasses        int64
+	Rebuilds        map[string]int64
+	SafeLine        map[int32]int64
+	EnqueueFailures int64 // frames not queued because a connection's queue was full
+}
+
+// maxPos marks a horizon not yet known: nothing is delivered to it.
+const maxPos = math.MaxInt64
+
+type pkey struct {
+	p   int32
+	pos int64
+}
+
+// Member is a registered connection. The server keeps it to ack and touch.
+type Member struct {
+	conn        Conn
+	client      waterline.Client
+	connectedAt time.Time
+	lastSeen    atomic.Int64 // unix nanos
+
+	mu      sync.Mutex
+	horizon map[int32]int64 // rows at or below were examined by the poller (or precede the connection)
+	ahead   map[pkey]struct{}
+	frames  map[string][]byte // pending message id -> encoded frame, for re-delivery
+}
+
+// ID is the member's connection id.
+func (m *Member) ID() string { return m.client.ID }
+
+type item struct {
+	entry waterline.Entry
+	frame []byte
+}
+
+type fastItem struct {
+	m *Member
+	item
+}
+
+// Engine is the live delivery engine.
+type Engine struct {
+	cfg    Config
+	tuning func() config.Tuning
+	log    outbox.Log
+	idx    waterline.Index
+	logger *slog.Logger
+	now    func() time.Time
+
+	mu     sync.RWMutex
+	byID   map[string]*Member
+	byUser map[string]map[string]*Member // user -> device -> member
+
+	// idxMu: sends, acks and withdrawals hold it shared; a rebuild holds it
+	// exclusively so it sees a still index.
+	idxMu sync.RWMutex
+
+	partitions []int32
+	scanPos    map[int32]*atomic.Int64
+	samples    map[int32][]headSample // GC goroutine only
+	deleted    map[int32]int64        // GC goroutine only
+
+	fastQ    chan fastItem
+	pollWake chan struct{}
+
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	stopped atomic.Bool
+
+	statMu sync.Mutex
+	stats  Stats
+	fast   atomic.Int64
+	polled atomic.Int64
+	redel  atomic.Int64
+	shed   atomic.Int64
+	acks   atomic.Int64
+	enqF   atomic.Int64
+}
+
+type headSample struct {
+	at   time.Time
+	head int64
+}
+
+// New builds an engine over log and idx. tuning returns the current live
+// tuning (read on every decision, so reloads apply at once).
+func New(log outbox.Log, idx waterline.Index, tuning func() config.Tuning, cfg Config, logger *slog.Logger) (*Engine, error) {
+	if log == nil {
+		return nil, errors.New("delivery: nil outbox log")
+	}
+	if idx == nil {
+		return nil, errors.New("delivery: nil waterline index")
+	}
+	if tuning == nil {
+		return nil, errors.New("delivery: nil tuning source")
+	}
+	if logger == nil {
+		logger = slog.Default()
+	}
+	cfg = cfg.withDefaults()
+	return &Engine{
+		cfg: cfg, tuning: tuning, log: log, idx: idx, logger: logger, now: time.Now,
+		byID:     map[string]*Member{},
+		byUser:   map[string]map[string]*Member{},
+		scanPos:  map[int32]*atomic.Int64{},
+		samples:  map[int32][]headSample{},
+		deleted:  map[int32]int64{},
+		fastQ:    make(chan fastItem, cfg.FastQueue),
+		pollWake: make(chan struct{}, 1),
+		stats:    Stats{Withdrawals: map[string]int64{}, Rebuilds: map[string]int64{}, SafeLine: map[int32]int64{}},
+	}, nil
+}
+
+// Start primes the index (a rebuild from the outbox when it is not primed or
+// its server changed), pins the unscanned outbox with the poller's hold, and
+// starts the fast-path workers, the poller, the GC and the idle reaper.
+func (e *Engine) Start(ctx context.Context) error {
+	parts, err := e.log.Partitions(ctx)
+	if err != nil {
+		return fmt.Errorf("delivery: list outbox partitions: %w", err)
+	}
+	e.partitions = parts
+	for _, p := range parts {
+		v := &atomic.Int64{}
+		v.Store(-1)
+		e.scanPos[p] = v
+		if err := e.idx.Hold(ctx, e.cfg.Holder, p, 0, e.cfg.HoldTTL); err != nil {
+			return fmt.Errorf("delivery: hold the outbox for the poller: %w", err)
+		}
+	}
+	if err := e.ensurePrimed(ctx); err != nil {
+		return err
+	}
+	rctx, cancel := context.WithCancel(context.Background())
+	e.cancel = cancel
+	for i := 0; i < e.cfg.Concurrency; i++ {
+		e.wg.Add(1)
+		go e.fastWorker(rctx)
+	}
+	e.wg.Add(3)
+	go e.pollLoop(rctx)
+	go e.gcLoop(rctx)
+	go e.idleLoop(rctx)
+	return nil
+}
+
+// Stop stops the background workers and releases the poller's hold. It
+// does not close connections (see CloseAll). Idempotent.
+func (e *Engine) Stop(ctx context.Context) {
+	if !e.stopped.CompareAndSwap(false, true) {
+		return
+	}
+	if e.cancel != nil {
+		e.cancel()
+	}
+	done := make(chan struct{})
+	go func() { e.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+	for _, p := range e.partitions {
+		_ = e.idx.Hold(ctx, e.cfg.Holder, p, -1, e.cfg.HoldTTL)
+	}
+}
+
+// CloseAll closes every registered connection with code and withdraws it.
+func (e *Engine) CloseAll(code int, reason string) {
+	e.mu.RLock()
+	ms := make([]*Member, 0, len(e.byID))
+	for _, m := range e.byID {
+		ms = append(ms, m)
+	}
+	e.mu.RUnlock()
+	for _, m := range ms {
+		e.withdraw(m, code, reason, "shutdown")
+	}
+}
+
+func (e *Engine) ctx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), e.cfg.StoreTimeout)
+}
+
+// Register adds a connection for live delivery. A registered connection of
+// the same (user, device) is superseded: withdrawn and closed with 4001
+// before the new one is registered. Rows already in the outbox when the
+// connection registers are left to the client's history sync (PROTOCOL.md
+// §4); everything committed later is pushed. The caller must have queued
+// the hello frame before calling Register.
+func (e *Engine) Register(ctx context.Context, c Conn) (*Member, error) {
+	now := e.now()
+	m := &Member{
+		conn:        c,
+		client:      waterline.Client{ID: c.ID(), User: c.User(), Device: c.Device()},
+		connectedAt: now,
+		horizon:     map[int32]int64{},
+		ahead:       map[pkey]struct{}{},
+		frames:      map[string][]byte{},
+	}
+	m.lastSeen.Store(now.UnixNano())
+	for _, p := range e.partitions {
+		m.horizon[p] = maxPos // nothing is delivered until Start is known
+	}
+	e.mu.Lock()
+	if e.stopped.Load() {
+		e.mu.Unlock()
+		return nil, errors.New("delivery: engine stopped")
+	}
+	devs := e.byUser[c.User()]
+	if devs == nil {
+		devs = map[string]*Member{}
+		e.byUser[c.User()] = devs
+	}
+	old := devs[c.Device()]
+	if old != nil {
+		delete(e.byID, old.client.ID)
+	}
+	devs[c.Device()] = m
+	e.byID[m.client.ID] = m
+	e.mu.Unlock()
+	if old != nil {
+		e.dropFromIndex(old)
+		old.conn.Close(protocol.CloseSuperseded, "superseded by a newer connection of the same device")
+		e.countWithdrawal(ReasonSuperseded)
+	}
+
+	start := make(map[int32]int64, len(e.partitions))
+	for _, p := range e.partitions {
+		head, err := e.log.Head(ctx, p)
+		if err != nil {
+			e.unregister(m)
+			return nil, fmt.Errorf("delivery: read outbox head: %w", err)
+		}
+		start[p] = head
+	}
+	m.mu.Lock()
+	m.client.Start = start
+	client := m.client
+	m.mu.Unlock()
+	e.idxMu.RLock()
+	err := e.idx.Connect(ctx, client)
+	e.idxMu.RUnlock()
+	if err != nil {
+		e.unregister(m)
+		return nil, fmt.Errorf("delivery: register in the waterline index: %w", err)
+	}
+	m.mu.Lock()
+	for p, h := range start {
+		m.horizon[p] = h
+	}
+	m.mu.Unlock()
+	return m, nil
+}
+
+// Unregister removes a connection that closed on its own (the client went
+// away). It is a no-op when the member was already withdrawn or superseded.
+func (e *Engine) Unregister(m *Member) {
+	if e.unregister(m) {
+		e.dropFromIndex(m)
+	}
+}
+
+func (e *Engine) unregister(m *Member) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.byID[m.client.ID] != m {
+		return false
+	}
+	delete(e.byID, m.client.ID)
+	if devs := e.byUser[m.client.User]; devs != nil && devs[m.client.Device] == m {
+		delete(devs, m.client.Device)
+		if len(devs) == 0 {
+			delete(e.byUser, m.client.User)
+		}
+	}
+	return true
+}
+
+func (e *Engine) dropFromIndex(m *Member) {
+	ctx, cancel := e.ctx()
+	defer cancel()
+	e.idxMu.RLock()
+	_, err := e.idx.Withdraw(ctx, m.client.ID)
+	e.idxMu.RUnlock()
+	if err != nil {
+		e.logger.Warn("withdraw from the waterline index failed; the next rebuild drops it", "conn", m.client.ID, "err", err)
+	}
+}
+
+// Withdraw removes m from live delivery and closes its socket with code,
+// if m is still the registered connection; otherwise it does nothing and
+// returns false (a verdict about a superseded connection is a no-op).
+func (e *Engine) Withdraw(m *Member, code int, reason string) bool {
+	return e.withdraw(m, code, reason, reason)
+}
+
+func (e *Engine) withdraw(m *Member, code int, why, reason string) bool {
+	if !e.unregister(m) {
+		return false
+	}
+	e.dropFromIndex(m)
+	m.conn.Close(code, why)
+	e.countWithdrawal(reason)
+	e.logger.Debug("withdrawn from live delivery", "conn", m.client.ID, "user", m.client.User, "reason", reason)
+	return true
+}
+
+func (e *Engine) countWithdrawal(reason string) {
+	e.statMu.Lock()
+	e.stats.Withdrawals[reason]++
+	e.statMu.Unlock()
+}
+
+// Registered reports whether m is the current connection of its device.
+func (e *Engine) Registered(m *Member) bool {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	return e.byID[m.client.ID] == m
+}
+
+// Touch records that m showed life (a frame or a pong).
+func (e *Engine) Touch(m *Member) { m.lastSeen.Store(e.now().UnixNano()) }
+
+// Ack removes acknowledged message ids from m's pending set.
+func (e *Engine) Ack(ctx context.Context, m *Member, ids []string) error {
+	e.Touch(m)
+	e.idxMu.RLock()
+	_, err := e.idx.Ack(ctx, m.client.ID, ids)
+	e.idxMu.RUnlock()
+	if err != nil && !errors.Is(err, waterline.ErrUnknownClient) {
+		return err
+	}
+	m.mu.Lock()
+	for _, id := range ids {
+		delete(m.frames, id)
+	}
+	m.mu.Unlock()
+	e.acks.Add(int64(len(ids)))
+	return nil
+}
+
+// Handoff takes committed results from the accept pipeline and queues them
+// on the fast path. It never blocks: when the queue is full the rest is shed
+// to the poller.
+func (e *Engine) Handoff(results []history.Result) {
+	shed := false
+	for i := range results {
+		r := &results[i]
+		if r.Err != nil || r.Duplicate || len(r.Deliveries) == 0 {
+			continue
+		}
+		frame := MessageFrame(r.Message)
+		for _, d := range r.Deliveries {
+			e.mu.RLock()
+			devs := e.byUser[d.Recipient]
+			var targets []*Member
+			for dev, m := range devs {
+				if d.Recipient == r.Message.SenderID && dev == r.Message.SenderDevice {
+					continue
+				}
+				targets = append(targets, m)
+			}
+			e.mu.RUnlock()
+			for _, m := range targets {
+				it := fastItem{m: m, item: item{entry: waterline.Entry{MessageID: r.Message.ID, Partition: d.Partition, Pos: d.Pos}, frame: frame}}
+				select {
+				case e.fastQ <- it:
+				default:
+					e.shed.Add(1)
+					shed = true
+				}
+			}
+		}
+	}
+	if shed {
+		e.wakePoller()
+	}
+}
+
+// MessageFrame encodes the message frame for m (PROTOCOL.md §3).
+func MessageFrame(m history.Message) []byte {
+	return protocol.Encode(protocol.Message{
+		Type: protocol.TypeMessage, MessageID: m.ID, CorrelationID: m.CorrelationID,
+		ChatID: m.ChatID, SenderID: m.SenderID, Body: m.Body, SentAt: m.SentAt.UTC(),
+	})
+}
+
+func (e *Engine) wakePoller() {
+	select {
+	case e.pollWake <- struct{}{}:
+	default:
+	}
+}
+
+func (e *Engine) fastWorker(ctx context.Context) {
+	defer e.wg.Done()
+	batch := make([]fastItem, 0, 64)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case it := <-e.fastQ:
+			batch = append(batch[:0], it)
+		drain:
+			for len(batch) < cap(batch) {
+				select {
+				case it := <-e.fastQ:
+					batch = append(batch, it)
+				default:
+					break drain
+				}
+			}
+			e.deliverFast(batch)
+		}
+	}
+}
+
+func (e *Engine) deliverFast(batch []fastItem) {
+	byMember := map[*Member][]item{}
+	for _, it := range batch {
+		m := it.m
+		k := pkey{it.entry.Partition, it.entry.Pos}
+		m.mu.Lock()
+		if k.pos <= m.horizon[k.p] {
+			m.mu.Unlock()
+			continue
+		}
+		if _, dup := m.ahead[k]; dup {
+			m.mu.Unlock()
+			continue
+		}
+		m.ahead[k] = struct{}{}
+		m.mu.Unlock()
+		byMember[m] = append(byMember[m], it.item)
+	}
+	for m, items := range byMember {
+		n := e.send(m, items)
+		e.fast.Add(int64(n))
+	}
+}
+
+// send records items as sent to m in the index (lease, attempts), keeps
+// their frames for re-delivery and queues them on the socket. It returns how
+// many were queued, and applies the overload reaper.
+func (e *Engine) send(m *Member, items []item) int {
+	if len(items) == 0 {
+		return 0
+	}
+	t := e.tuning()
+	entries := make([]waterline.Entry, len(items))
+	for i, it := range items {
+		entries[i] = it.entry
+	}
+	ctx, cancel := e.ctx()
+	e.idxMu.RLock()
+	pending, err := e.idx.Sent(ctx, m.client.ID, entries, e.now().Add(t.Lease))
+	e.idxMu.RUnlock()
+	cancel()
+	if errors.Is(err, waterline.ErrUnknownClient) {
+		return 0 // withdrawn meanwhile, or a rebuild is re-registering it
+	}
+	if err != nil {
+		// Not tracked: push anyway (the client dedupes, and history
+		// recovers a frame lost in transit), but say so.
+		e.logger.Warn("waterline index refused a send; delivering untracked", "conn", m.client.ID, "err", err)
+	}
+	m.mu.Lock()
+	for _, it := range items {
+		m.frames[it.entry.MessageID] = it.frame
+	}
+	m.mu.Unlock()
+	n := 0
+	for _, it := range items {
+		if m.conn.Enqueue(it.frame) {
+			n++
+		} else {
+			e.enqF.Add(1)
+		}
+	}
+	if err == nil && OverloadReaper(t, pending, e.now().Sub(m.connectedAt)) {
+		e.withdraw(m, protocol.ClosePending, fmt.Sprintf("withdrawn: %d unacknowledged messages exceed max-pending %d", pending, t.MaxPending), ReasonOverload)
+	}
+	return n
+}
+
+// Broadcast queues frame to every connection of users, except skip.
+func (e *Engine) Broadcast(users []string, frame []byte, skip *Member) {
+	e.mu.RLock()
+	var targets []*Member
+	for _, u := range users {
+		for _, m := range e.byUser[u] {
+			if m != skip {
+				targets = append(targets, m)
+			}
+		}
+	}
+	e.mu.RUnlock()
+	for _, m := range targets {
+		m.conn.Enqueue(frame)
+	}
+}
+
+func (e *Engine) membersOf(user string) []*Member {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	devs := e.byUser[user]
+	if len(devs) == 0 {
+		return nil
+	}
+	out := make([]*Member, 0, len(devs))
+	for _, m := range devs {
+		out = append(out, m)
+	}
+	return out
+}
+
+func (e *Engine) member(id string) *Member {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	return e.byID[id]
+}
+
+// Stats returns a snapshot of the counters.
+func (e *Engine) Stats() Stats {
+	e.mu.RLock()
+	connected := len(e.byID)
+	e.mu.RUnlock()
+	e.statMu.Lock()
+	defer e.statMu.Unlock()
+	s := e.stats
+	s.Withdrawals = cloneMap(e.stats.Withdrawals)
+	s.Rebuilds = cloneMap(e.stats.Rebuilds)
+	s.SafeLine = cloneMap(e.stats.SafeLine)
+	s.Connected = connected
+	s.FastDeliveries = e.fast.Load()
+	s.PollDeliveries = e.polled.Load()
+	s.Redeliveries = e.redel.Load()
+	s.FastShed = e.shed.Load()
+	s.Acks = e.acks.Load()
+	s.EnqueueFailures = e.enqF.Load()
+	return s
+}
+
+func cloneMap[K comparable, V any](m map[K]V) map[K]V {
+	out := make(map[K]V, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}

@@ -1,0 +1,163 @@
+package history
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Chat kinds (PROTOCOL.md §2).
+const (
+	KindDirect = "direct"
+	KindGroup  = "group"
+)
+
+// Sentinel errors. Implementations wrap them with %w; callers test with
+// errors.Is. The server maps them to the contract's codes in one place.
+var (
+	// ErrNotFound: the chat does not exist.
+	ErrNotFound = errors.New("history: not found")
+	// ErrNotMember: the user is not a member of the chat.
+	ErrNotMember = errors.New("history: not a member")
+	// ErrInvalid: the request breaks a rule (for example adding a member to a
+	// direct chat); the wrapped message says which.
+	ErrInvalid = errors.New("history: invalid")
+	// ErrUnavailable: the store could not be reached or failed; nothing was
+	// written. Callers answer "overloaded" to sends and 503 to HTTP calls.
+	ErrUnavailable = errors.New("history: store unavailable")
+)
+
+// Chat is a conversation. Members are user ids, sorted ascending.
+type Chat struct {
+	ID        string
+	Kind      string // KindDirect or KindGroup
+	Title     string // empty for direct chats
+	Members   []string
+	CreatedAt time.Time
+}
+
+// HasMember reports whether user is in c.Members.
+func (c Chat) HasMember(user string) bool {
+	for _, m := range c.Members {
+		if m == user {
+			return true
+		}
+	}
+	return false
+}
+
+// Message is one committed message.
+type Message struct {
+	// Seq is the durable commit sequence (history.id). It orders history
+	// and is never shown to clients.
+	Seq int64
+	// ID is the ULID messageId: identity and the client's dedupe key.
+	ID       string
+	ChatID   string
+	SenderID string
+	// SenderDevice is the device of the sending connection; the message is
+	// not pushed back to that (user, device). Not part of the wire contract.
+	SenderDevice  string
+	CorrelationID string
+	Body          string
+	// SentAt is the acceptance time (UTC), stored with nanoseconds.
+	SentAt time.Time
+}
+
+// Draft is a message waiting in the accept pipeline. ID and SentAt are
+// minted by the ingest stage before the commit.
+type Draft struct {
+	ID            string
+	ChatID        string
+	SenderID      string
+	SenderDevice  string
+	CorrelationID string
+	Body          string
+	SentAt        time.Time
+}
+
+// Delivery names one outbox row written by Commit: a (recipient, message)
+// pair at a position of a partition of the outbox log.
+type Delivery struct {
+	Recipient string
+	Partition int32
+	Pos       int64
+}
+
+// Result is the outcome of one Draft in a Commit.
+type Result struct {
+	// Err is nil when the message is committed (or was already committed).
+	// Otherwise it wraps ErrNotFound (no such chat), ErrNotMember (sender
+	// not in the chat) or ErrInvalid, and nothing was stored for this draft.
+	Err error
+	// Message is the committed message. For a duplicate it is the original
+	// (original ID, SentAt and Seq).
+	Message Message
+	// Duplicate is true when (SenderID, CorrelationID) was committed before
+	// (in an earlier transaction or earlier in the same batch).
+	Duplicate bool
+	// Deliveries are the outbox rows written for this message, one per
+	// member of the chat (the sender included, for the sender's other
+	// devices), in recipient order. Empty for duplicates and when the
+	// store writes no outbox (Kafka mode).
+	Deliveries []Delivery
+	// Members is the chat's member list at commit time.
+	Members []string
+}
+
+// Store is the relational store behind history. All methods are safe for
+// concurrent use. Every error that is not a rule violation wraps
+// ErrUnavailable.
+type Store interface {
+	// CreateDirect returns the direct chat of the pair {a, b}, creating it
+	// when it does not exist; created reports which. The same chat is
+	// returned whichever side asks. a == b is ErrInvalid.
+	CreateDirect(ctx context.Context, a, b string) (chat Chat, created bool, err error)
+	// CreateGroup creates a group chat with creator plus members
+	// (duplicates removed).
+	CreateGroup(ctx context.Context, creator, title string, members []string) (Chat, error)
+	// Chat returns a chat by id, or ErrNotFound.
+	Chat(ctx context.Context, chatID string) (Chat, error)
+	// ChatsOf lists the chats user is a member of, oldest first.
+	ChatsOf(ctx context.Context, user string) ([]Chat, error)
+	// AddMember adds user to a group chat; by must be a member (else
+	// ErrNotMember), direct chats give ErrInvalid, unknown chats
+	// ErrNotFound. Adding an existing member is a no-op.
+	AddMember(ctx context.Context, chatID, by, user string) (Chat, error)
+
+	// Commit stores a batch of drafts in ONE transaction: for each draft in
+	// order, an idempotency check on (SenderID, CorrelationID), then the
+	// history row, then one outbox row per member. The returned slice has
+	// one Result per draft, in order. A non-nil error (wrapping
+	// ErrUnavailable) means the transaction did not commit and nothing in
+	// the batch was stored; per-draft rule violations are reported in
+	// Result.Err and do not fail the batch.
+	Commit(ctx context.Context, drafts []Draft) ([]Result, error)
+
+	// Page returns up to limit messages of chatID strictly after the message
+	// sinceID, in Seq order, and whether more follow. An empty, unknown or
+	// foreign sinceID starts at the beginning of the retained history
+	// (PROTOCOL.md §4). limit must be >= 1.
+	Page(ctx context.Context, chatID, sinceID string, limit int) (msgs []Message, hasMore bool, err error)
+
+	// SaveReads records read receipts (the latest messageId per (chat,
+	// user)) in one transaction.
+	SaveReads(ctx context.Context, reads []Read) error
+
+	// PurgeHistory deletes history rows sent before cutoff, at most limit
+	// rows per call, and returns how many it deleted.
+	PurgeHistory(ctx context.Context, cutoff time.Time, limit int) (int64, error)
+
+	// Ping checks that the store answers.
+	Ping(ctx context.Context) error
+	// Close releases the store.
+	Close() error
+}
+
+// Read is a read receipt: user has read chatID up to MessageID.
+type Read struct {
+	ChatID    string
+	UserID    string
+	MessageID string
+	At        time.Time
+}

@@ -1,0 +1,277 @@
+package ingest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/tetra-messenger/tetra/workload/history"
+)
+
+// ErrOverloaded: the inbound queue is full or the pipeline is stopped; the
+// send was not queued.
+var ErrOverloaded = errors.New("ingest: overloaded")
+
+// Config sizes the pipeline. Zero fields take the defaults.
+type Config struct {
+	QueueSize     int           // inbound queue capacity; default 8000
+	BatchSize     int           // drafts per transaction; default 36
+	BatchWait     time.Duration // longest wait to fill a batch; default 5 ms
+	ReadQueueSize int           // read receipt queue; default 8000
+	ReadBatchSize int           // receipts per transaction; default 64
+	ReadBatchWait time.Duration // default 10 ms
+	CommitTimeout time.Duration // per transaction; default 10 s
+}
+
+// Defaults fills zero fields.
+func (c Config) withDefaults() Config {
+	def := func(v *int, d int) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	defD := func(v *time.Duration, d time.Duration) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	def(&c.QueueSize, 8000)
+	def(&c.BatchSize, 36)
+	defD(&c.BatchWait, 5*time.Millisecond)
+	def(&c.ReadQueueSize, 8000)
+	def(&c.ReadBatchSize, 64)
+	defD(&c.ReadBatchWait, 10*time.Millisecond)
+	defD(&c.CommitTimeout, 10*time.Second)
+	return c
+}
+
+// Request is one send in the pipeline. Done is called exactly once, from the
+// committer goroutine, with the commit's result for this draft, or with a
+// non-nil error (wrapping history.ErrUnavailable) when the batch failed. Done
+// must not block.
+type Request struct {
+	Draft history.Draft
+	Done  func(res history.Result, err error)
+}
+
+// Hooks observe the pipeline. Any field may be nil.
+type Hooks struct {
+	// Committed is called after each successful commit with the batch size
+	// and the transaction's duration.
+	Committed func(n int, took time.Duration)
+	// Failed is called after a failed commit.
+	Failed func(n int, err error)
+}
+
+// Pipeline is the accept pipeline. Start it once; Stop drains it.
+type Pipeline struct {
+	cfg     Config
+	store   history.Store
+	handoff func([]history.Result)
+	reads   func([]history.Read)
+	hooks   Hooks
+	log     *slog.Logger
+
+	mu      sync.RWMutex // guards closed against Submit racing Stop
+	closed  bool
+	in      chan Request
+	readsIn chan history.Read
+	wg      sync.WaitGroup
+	stopped chan struct{}
+}
+
+// New builds a pipeline over store. handoff receives every committed batch's
+// results (after the Done callbacks ran) and hands them to live delivery;
+// reads receives every saved batch of read receipts. Both must not block for
+// long; either may be nil.
+func New(store history.Store, cfg Config, handoff func([]history.Result), reads func([]history.Read), hooks Hooks, log *slog.Logger) (*Pipeline, error) {
+	if store == nil {
+		return nil, errors.New("ingest: nil history store")
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	cfg = cfg.withDefaults()
+	return &Pipeline{
+		cfg: cfg, store: store, handoff: handoff, reads: reads, hooks: hooks, log: log,
+		in:      make(chan Request, cfg.QueueSize),
+		readsIn: make(chan history.Read, cfg.ReadQueueSize),
+		stopped: make(chan struct{}),
+	}, nil
+}
+
+// Start launches the committer and the read batcher.
+func (p *Pipeline) Start() {
+	p.wg.Add(2)
+	go p.commitLoop()
+	go p.readLoop()
+}
+
+// Submit queues a send without blocking. It returns ErrOverloaded when the
+// queue is full or the pipeline is stopped; Done is then never called.
+func (p *Pipeline) Submit(r Request) error {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if p.closed {
+		return ErrOverloaded
+	}
+	select {
+	case p.in <- r:
+		return nil
+	default:
+		return ErrOverloaded
+	}
+}
+
+// SubmitRead queues a read receipt without blocking; ErrOverloaded when full.
+func (p *Pipeline) SubmitRead(r history.Read) error {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if p.closed {
+		return ErrOverloaded
+	}
+	select {
+	case p.readsIn <- r:
+		return nil
+	default:
+		return ErrOverloaded
+	}
+}
+
+// Depth is the number of sends waiting in the inbound queue.
+func (p *Pipeline) Depth() int { return len(p.in) }
+
+// Stop refuses new sends, commits everything already queued, and returns
+// when the committer has finished or ctx ends. Idempotent.
+func (p *Pipeline) Stop(ctx context.Context) error {
+	p.mu.Lock()
+	if !p.closed {
+		p.closed = true
+		close(p.in)
+		close(p.readsIn)
+	}
+	p.mu.Unlock()
+	done := make(chan struct{})
+	go func() { p.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("ingest: stop: %w", ctx.Err())
+	}
+}
+
+func (p *Pipeline) commitLoop() {
+	defer p.wg.Done()
+	batch := make([]Request, 0, p.cfg.BatchSize)
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	for {
+		first, ok := <-p.in
+		if !ok {
+			return
+		}
+		batch = append(batch[:0], first)
+		timer.Reset(p.cfg.BatchWait)
+		open := true
+	fill:
+		for len(batch) < p.cfg.BatchSize {
+			select {
+			case r, ok := <-p.in:
+				if !ok {
+					open = false
+					break fill
+				}
+				batch = append(batch, r)
+			case <-timer.C:
+				break fill
+			}
+		}
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+		p.commit(batch)
+		if !open {
+			return
+		}
+	}
+}
+
+func (p *Pipeline) commit(batch []Request) {
+	drafts := make([]history.Draft, len(batch))
+	for i, r := range batch {
+		drafts[i] = r.Draft
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.CommitTimeout)
+	start := time.Now()
+	results, err := p.store.Commit(ctx, drafts)
+	cancel()
+	if err == nil && len(results) != len(batch) {
+		err = fmt.Errorf("%w: store returned %d results for %d drafts", history.ErrUnavailable, len(results), len(batch))
+	}
+	if err != nil {
+		p.log.Warn("group commit failed; senders get overloaded and may resend", "messages", len(batch), "err", err)
+		if p.hooks.Failed != nil {
+			p.hooks.Failed(len(batch), err)
+		}
+		for _, r := range batch {
+			r.Done(history.Result{}, err)
+		}
+		return
+	}
+	if p.hooks.Committed != nil {
+		p.hooks.Committed(len(batch), time.Since(start))
+	}
+	// persist -> ack -> hand-off (paper, "G1").
+	for i, r := range batch {
+		r.Done(results[i], nil)
+	}
+	if p.handoff != nil {
+		p.handoff(results)
+	}
+}
+
+func (p *Pipeline) readLoop() {
+	defer p.wg.Done()
+	batch := make([]history.Read, 0, p.cfg.ReadBatchSize)
+	for {
+		first, ok := <-p.readsIn
+		if !ok {
+			return
+		}
+		batch = append(batch[:0], first)
+		deadline := time.NewTimer(p.cfg.ReadBatchWait)
+		open := true
+	fill:
+		for len(batch) < p.cfg.ReadBatchSize {
+			select {
+			case r, ok := <-p.readsIn:
+				if !ok {
+					open = false
+					break fill
+				}
+				batch = append(batch, r)
+			case <-deadline.C:
+				break fill
+			}
+		}
+		deadline.Stop()
+		ctx, cancel := context.WithTimeout(context.Background(), p.cfg.CommitTimeout)
+		err := p.store.SaveReads(ctx, batch)
+		cancel()
+		if err != nil {
+			p.log.Warn("read receipts not saved", "receipts", len(batch), "err", err)
+		} else if p.reads != nil {
+			p.reads(append([]history.Read(nil), batch...))
+		}
+		if !open {
+			return
+		}
+	}
+}

@@ -1,0 +1,280 @@
+package protocol
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+	"unicode/utf8"
+)
+
+// Frame types (PROTOCOL.md §3).
+const (
+	TypeHello    = "hello"
+	TypeSend     = "send"
+	TypeAck      = "ack"
+	TypePing     = "ping"
+	TypePong     = "pong"
+	TypeRead     = "read"
+	TypeAccepted = "accepted"
+	TypeMessage  = "message"
+	TypeError    = "error"
+)
+
+// Error codes carried by error frames and HTTP error bodies (PROTOCOL.md §2, §3).
+const (
+	CodeInvalid         = "invalid"
+	CodeForbidden       = "forbidden"
+	CodeNotFound        = "not_found"
+	CodeTooLarge        = "too_large"
+	CodeRateLimited     = "rate_limited"
+	CodeCreditExhausted = "credit_exhausted"
+	CodeOverloaded      = "overloaded"
+	// CodeUnauthorized is used only in HTTP error bodies (status 401).
+	CodeUnauthorized = "unauthorized"
+	// CodeInternal is used only in HTTP error bodies for store failures (503).
+	CodeUnavailable = "unavailable"
+)
+
+// WebSocket close codes (PROTOCOL.md §3 "Close codes").
+const (
+	CloseSuperseded = 4001 // a newer connection of the same (user, device)
+	CloseAttempts   = 4002 // withdrawn: unacknowledged past max-delivery-attempts
+	ClosePending    = 4003 // withdrawn: more than max-pending unacknowledged
+	CloseIdle       = 4004 // no answer to pings
+	CloseGoingAway  = 1001 // server shutting down
+	ClosePolicy     = 1008 // too many bad frames
+	CloseTooBig     = 1009 // frame over the transport limit
+)
+
+// Limits are the per-connection limits the server reports in hello.
+type Limits struct {
+	MaxBodyBytes     int `json:"maxBodyBytes"`
+	MaxInFlightSends int `json:"maxInFlightSends"`
+	SendsPerSecond   int `json:"sendsPerSecond"`
+	PingIntervalMs   int `json:"pingIntervalMs"`
+}
+
+// Hello is the first frame the server sends on every connection.
+type Hello struct {
+	Type         string `json:"type"`
+	UserID       string `json:"userId"`
+	Device       string `json:"device"`
+	ConnectionID string `json:"connectionId"`
+	Limits       Limits `json:"limits"`
+}
+
+// Send asks the server to store and deliver a message. CorrelationID is the
+// client's idempotency key: the same (sender, correlationId) answers with the
+// original messageId and stores nothing new.
+type Send struct {
+	Type          string `json:"type"`
+	ChatID        string `json:"chatId"`
+	CorrelationID string `json:"correlationId"`
+	Body          string `json:"body"`
+}
+
+// Ack acknowledges one or many message frames by messageId.
+type Ack struct {
+	Type       string   `json:"type"`
+	MessageIDs []string `json:"messageIds"`
+}
+
+// Read is a read receipt. From a client it carries ChatID and MessageID; the
+// server adds UserID when it forwards it to the other online members.
+type Read struct {
+	Type      string `json:"type"`
+	ChatID    string `json:"chatId"`
+	UserID    string `json:"userId,omitempty"`
+	MessageID string `json:"messageId"`
+}
+
+// Ping and Pong are the application-level liveness frames.
+type Ping struct {
+	Type string `json:"type"`
+}
+
+// Accepted answers a send once the message is committed to history (G1).
+type Accepted struct {
+	Type          string    `json:"type"`
+	CorrelationID string    `json:"correlationId"`
+	MessageID     string    `json:"messageId"`
+	ChatID        string    `json:"chatId"`
+	SentAt        time.Time `json:"sentAt"`
+}
+
+// Message is one chat message, as pushed in a message frame and as returned
+// by history (without Type). SentAt is the commit-time timestamp in UTC.
+type Message struct {
+	Type          string    `json:"type,omitempty"`
+	MessageID     string    `json:"messageId"`
+	CorrelationID string    `json:"correlationId"`
+	ChatID        string    `json:"chatId"`
+	SenderID      string    `json:"senderId"`
+	Body          string    `json:"body"`
+	SentAt        time.Time `json:"sentAt"`
+}
+
+// ErrorFrame reports a failed request. CorrelationID is set when it answers
+// a send; a send that got an error was not stored.
+type ErrorFrame struct {
+	Type          string `json:"type"`
+	CorrelationID string `json:"correlationId,omitempty"`
+	Code          string `json:"code"`
+	Message       string `json:"message"`
+}
+
+// Error is a protocol-level failure with a contract error code.
+type Error struct {
+	Code          string
+	Message       string
+	CorrelationID string
+}
+
+func (e *Error) Error() string { return e.Code + ": " + e.Message }
+
+// Errorf builds an *Error with the given code.
+func Errorf(code, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// CodeOf returns the contract code of err: the Code of an *Error in its
+// chain, or CodeInvalid for anything else.
+func CodeOf(err error) string {
+	var pe *Error
+	if errors.As(err, &pe) {
+		return pe.Code
+	}
+	return CodeInvalid
+}
+
+// Field limits enforced by DecodeClient. Ids and keys are opaque strings
+// chosen by clients; they are bounded so that nothing a client sends can grow
+// the server's memory or index keys without limit.
+const (
+	MaxIDLen       = 128 // chatId, messageId, correlationId, in bytes
+	MaxAckIDs      = 1024
+	DefaultMaxBody = 4096
+	TransportLimit = 64 << 10 // bytes: larger frames close the socket with 1009
+)
+
+// ClientFrame is a decoded client-to-server frame: exactly one of the
+// pointers is set.
+type ClientFrame struct {
+	Send *Send
+	Ack  *Ack
+	Ping *Ping
+	Read *Read
+}
+
+// DecodeClient parses one client frame. maxBody is the body limit in bytes
+// (UTF-8); a longer body gives CodeTooLarge. Errors are *Error with code
+// CodeInvalid or CodeTooLarge; when the frame was a send whose correlationId
+// could be read, the error carries it so the answer can name it.
+// DecodeClient never panics, whatever the input.
+func DecodeClient(data []byte, maxBody int) (ClientFrame, error) {
+	var f ClientFrame
+	var head struct {
+		Type          string `json:"type"`
+		CorrelationID any    `json:"correlationId"`
+	}
+	if !json.Valid(data) {
+		return f, Errorf(CodeInvalid, "frame is not valid JSON")
+	}
+	trimmed := bytes.TrimSpace(data)
+	if len(trimmed) == 0 || trimmed[0] != '{' {
+		return f, Errorf(CodeInvalid, "frame must be a JSON object")
+	}
+	if err := json.Unmarshal(data, &head); err != nil {
+		return f, Errorf(CodeInvalid, "frame type must be a string")
+	}
+	corr, _ := head.CorrelationID.(string)
+	fail := func(code, format string, args ...any) (ClientFrame, error) {
+		e := Errorf(code, format, args...)
+		if head.Type == TypeSend && validID(corr) {
+			e.CorrelationID = corr
+		}
+		return ClientFrame{}, e
+	}
+	switch head.Type {
+	case TypeSend:
+		var s Send
+		if err := json.Unmarshal(data, &s); err != nil {
+			return fail(CodeInvalid, "send: %s", fieldError(err))
+		}
+		switch {
+		case s.CorrelationID == "":
+			return fail(CodeInvalid, "send: correlationId is required")
+		case !validID(s.CorrelationID):
+			return fail(CodeInvalid, "send: correlationId must be 1..%d bytes of valid UTF-8", MaxIDLen)
+		case s.ChatID == "":
+			return fail(CodeInvalid, "send: chatId is required")
+		case !validID(s.ChatID):
+			return fail(CodeInvalid, "send: chatId must be 1..%d bytes of valid UTF-8", MaxIDLen)
+		case s.Body == "":
+			return fail(CodeInvalid, "send: body is required")
+		case !utf8.ValidString(s.Body):
+			return fail(CodeInvalid, "send: body must be valid UTF-8")
+		case maxBody > 0 && len(s.Body) > maxBody:
+			return fail(CodeTooLarge, "send: body is %d bytes, the limit is %d", len(s.Body), maxBody)
+		}
+		f.Send = &s
+	case TypeAck:
+		var a Ack
+		if err := json.Unmarshal(data, &a); err != nil {
+			return f, Errorf(CodeInvalid, "ack: %s", fieldError(err))
+		}
+		if len(a.MessageIDs) == 0 {
+			return f, Errorf(CodeInvalid, "ack: messageIds must be a non-empty array")
+		}
+		if len(a.MessageIDs) > MaxAckIDs {
+			return f, Errorf(CodeInvalid, "ack: at most %d messageIds per frame", MaxAckIDs)
+		}
+		for _, id := range a.MessageIDs {
+			if !validID(id) {
+				return f, Errorf(CodeInvalid, "ack: each messageId must be 1..%d bytes of valid UTF-8", MaxIDLen)
+			}
+		}
+		f.Ack = &a
+	case TypePing:
+		f.Ping = &Ping{Type: TypePing}
+	case TypeRead:
+		var r Read
+		if err := json.Unmarshal(data, &r); err != nil {
+			return f, Errorf(CodeInvalid, "read: %s", fieldError(err))
+		}
+		if !validID(r.ChatID) || !validID(r.MessageID) {
+			return f, Errorf(CodeInvalid, "read: chatId and messageId are required (1..%d bytes)", MaxIDLen)
+		}
+		r.UserID = "" // set by the server, never trusted from a client
+		f.Read = &r
+	case "":
+		return f, Errorf(CodeInvalid, "frame has no type")
+	default:
+		return f, Errorf(CodeInvalid, "unknown frame type %.32q", head.Type)
+	}
+	return f, nil
+}
+
+func validID(s string) bool {
+	return s != "" && len(s) <= MaxIDLen && utf8.ValidString(s)
+}
+
+func fieldError(err error) string {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		return fmt.Sprintf("field %q has the wrong type", te.Field)
+	}
+	return "malformed frame"
+}
+
+// Encode marshals a server frame. Frames are plain structs with no cycles or
+// channels, so an error here is a programming error; Encode panics on it.
+func Encode(frame any) []byte {
+	b, err := json.Marshal(frame)
+	if err != nil {
+		panic(fmt.Sprintf("protocol: encode %T: %v", frame, err))
+	}
+	return b
+}

@@ -1,0 +1,143 @@
+package protocol
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+func TestDecodeClient(t *testing.T) {
+	big := strings.Repeat("x", 4097)
+	cases := []struct {
+		name, in string
+		code     string // "" = ok
+		corr     string
+		check    func(t *testing.T, f ClientFrame)
+	}{
+		{name: "send", in: `{"type":"send","chatId":"c1","correlationId":"k-1","body":"hi"}`,
+			check: func(t *testing.T, f ClientFrame) {
+				if f.Send == nil || f.Send.Body != "hi" || f.Send.ChatID != "c1" || f.Send.CorrelationID != "k-1" {
+					t.Fatalf("send decoded as %+v", f.Send)
+				}
+			}},
+		{name: "ack", in: `{"type":"ack","messageIds":["a","b"]}`, check: func(t *testing.T, f ClientFrame) {
+			if f.Ack == nil || len(f.Ack.MessageIDs) != 2 {
+				t.Fatalf("ack decoded as %+v", f.Ack)
+			}
+		}},
+		{name: "ping", in: `{"type":"ping"}`, check: func(t *testing.T, f ClientFrame) {
+			if f.Ping == nil {
+				t.Fatal("ping not decoded")
+			}
+		}},
+		{name: "read ignores a forged userId", in: `{"type":"read","chatId":"c","messageId":"m","userId":"mallory"}`, check: func(t *testing.T, f ClientFrame) {
+			if f.Read == nil || f.Read.UserID != "" {
+				t.Fatalf("read decoded as %+v", f.Read)
+			}
+		}},
+		{name: "not json", in: `{"type":`, code: CodeInvalid},
+		{name: "array", in: `[1,2]`, code: CodeInvalid},
+		{name: "string", in: `"send"`, code: CodeInvalid},
+		{name: "no type", in: `{"chatId":"c"}`, code: CodeInvalid},
+		{name: "type not string", in: `{"type":5}`, code: CodeInvalid},
+		{name: "unknown type", in: `{"type":"nuke"}`, code: CodeInvalid},
+		{name: "send without correlationId", in: `{"type":"send","chatId":"c","body":"x"}`, code: CodeInvalid},
+		{name: "send without chatId", in: `{"type":"send","correlationId":"k","body":"x"}`, code: CodeInvalid, corr: "k"},
+		{name: "send without body", in: `{"type":"send","chatId":"c","correlationId":"k"}`, code: CodeInvalid, corr: "k"},
+		{name: "send body wrong type", in: `{"type":"send","chatId":"c","correlationId":"k","body":7}`, code: CodeInvalid, corr: "k"},
+		{name: "send body too large", in: `{"type":"send","chatId":"c","correlationId":"k","body":"` + big + `"}`, code: CodeTooLarge, corr: "k"},
+		{name: "correlationId too long", in: `{"type":"send","chatId":"c","correlationId":"` + strings.Repeat("k", 129) + `","body":"x"}`, code: CodeInvalid},
+		{name: "ack not array", in: `{"type":"ack","messageIds":"a"}`, code: CodeInvalid},
+		{name: "ack empty", in: `{"type":"ack","messageIds":[]}`, code: CodeInvalid},
+		{name: "ack empty id", in: `{"type":"ack","messageIds":[""]}`, code: CodeInvalid},
+		{name: "read missing messageId", in: `{"type":"read","chatId":"c"}`, code: CodeInvalid},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			f, err := DecodeClient([]byte(tc.in), DefaultMaxBody)
+			if tc.code == "" {
+				if err != nil {
+					t.Fatalf("unexpected error %v", err)
+				}
+				tc.check(t, f)
+				return
+			}
+			pe, ok := err.(*Error)
+			if !ok {
+				t.Fatalf("error %v (%T), want *Error with code %s", err, err, tc.code)
+			}
+			if pe.Code != tc.code || pe.CorrelationID != tc.corr {
+				t.Fatalf("got code %q corr %q, want %q %q", pe.Code, pe.CorrelationID, tc.code, tc.corr)
+			}
+		})
+	}
+}
+
+func TestServerFramesUseContractFieldNames(t *testing.T) {
+	b := Encode(Hello{Type: TypeHello, UserID: "a", Device: "d", ConnectionID: "c",
+		Limits: Limits{MaxBodyBytes: 1, MaxInFlightSends: 2, SendsPerSecond: 3, PingIntervalMs: 4}})
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	lim, _ := m["limits"].(map[string]any)
+	for _, k := range []string{"maxBodyBytes", "maxInFlightSends", "sendsPerSecond", "pingIntervalMs"} {
+		if _, ok := lim[k]; !ok {
+			t.Errorf("hello.limits lacks %q: %s", k, b)
+		}
+	}
+	for _, k := range []string{"type", "userId", "device", "connectionId"} {
+		if _, ok := m[k]; !ok {
+			t.Errorf("hello lacks %q: %s", k, b)
+		}
+	}
+}
+
+// FuzzDecodeClient: whatever bytes a client sends, the decoder neither
+// panics nor accepts a frame that breaks the limits it promises.
+func FuzzDecodeClient(f *testing.F) {
+	for _, s := range []string{
+		`{"type":"send","chatId":"c1","correlationId":"k-1","body":"hi"}`,
+		`{"type":"ack","messageIds":["01J","01K"]}`,
+		`{"type":"ping"}`,
+		`{"type":"read","chatId":"c1","messageId":"01J"}`,
+		`{"type":"send","chatId":"c1","correlationId":"k","body":"\u0000\ud83d"}`,
+		`{"type":"send","chatId":1}`, `[]`, `null`, `{"type":"ack","messageIds":[1]}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		fr, err := DecodeClient(data, 64)
+		if err != nil {
+			if _, ok := err.(*Error); !ok {
+				t.Fatalf("error of type %T", err)
+			}
+			return
+		}
+		n := 0
+		if fr.Send != nil {
+			n++
+			if len(fr.Send.Body) > 64 || fr.Send.Body == "" || fr.Send.CorrelationID == "" || len(fr.Send.CorrelationID) > MaxIDLen || fr.Send.ChatID == "" {
+				t.Fatalf("accepted a send that breaks the limits: %+v", fr.Send)
+			}
+		}
+		if fr.Ack != nil {
+			n++
+			if len(fr.Ack.MessageIDs) == 0 || len(fr.Ack.MessageIDs) > MaxAckIDs {
+				t.Fatalf("accepted an ack with %d ids", len(fr.Ack.MessageIDs))
+			}
+		}
+		if fr.Ping != nil {
+			n++
+		}
+		if fr.Read != nil {
+			n++
+			if fr.Read.UserID != "" {
+				t.Fatal("read kept a client-supplied userId")
+			}
+		}
+		if n != 1 {
+			t.Fatalf("decoded %d frames from one input", n)
+		}
+	})
+}

@@ -1,0 +1,294 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/tetra-messenger/tetra/workload/auth"
+	"github.com/tetra-messenger/tetra/workload/history"
+	"github.com/tetra-messenger/tetra/workload/protocol"
+)
+
+// History page limits (PROTOCOL.md §4).
+const (
+	DefaultPageLimit = 100
+	MaxPageLimit     = 1000
+	maxRequestBody   = 64 << 10
+	requestTimeout   = 10 * time.Second
+)
+
+// chatJSON is a chat on the wire (PROTOCOL.md §2).
+type chatJSON struct {
+	ChatID  string   `json:"chatId"`
+	Kind    string   `json:"kind"`
+	Title   string   `json:"title"`
+	Members []string `json:"members"`
+}
+
+func toChatJSON(c history.Chat) chatJSON {
+	members := c.Members
+	if members == nil {
+		members = []string{}
+	}
+	return chatJSON{ChatID: c.ID, Kind: c.Kind, Title: c.Title, Members: members}
+}
+
+func (s *Server) routes() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	mux.HandleFunc("GET /readyz", s.handleReady)
+	mux.HandleFunc("POST /api/chats", s.authed(s.handleCreateChat))
+	mux.HandleFunc("GET /api/chats", s.authed(s.handleListChats))
+	mux.HandleFunc("POST /api/chats/{chatId}/members", s.authed(s.handleAddMember))
+	mux.HandleFunc("GET /api/chats/{chatId}/messages", s.authed(s.handleMessages))
+	mux.HandleFunc("GET /ws", s.handleWS)
+	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, protocol.CodeNotFound, "no such endpoint: "+r.Method+" "+r.URL.Path)
+	})
+	return recoverer(s, mux)
+}
+
+// recoverer turns a panic in a handler into a 500 and a log line instead of
+// a dropped connection; no panic is expected, this is the last line.
+func recoverer(s *Server, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			if v := recover(); v != nil {
+				if v == http.ErrAbortHandler {
+					panic(v)
+				}
+				s.log.Error("handler panic", "path", r.URL.Path, "panic", fmt.Sprint(v))
+				writeError(w, protocol.CodeUnavailable, "internal error")
+			}
+		}()
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
+	if s.draining.Load() {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "draining"})
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	checks := map[string]string{"store": "ok", "index": "ok"}
+	status := http.StatusOK
+	if err := s.store.Ping(ctx); err != nil {
+		checks["store"], status = err.Error(), http.StatusServiceUnavailable
+	}
+	if _, err := s.index.Stats(ctx); err != nil {
+		checks["index"], status = err.Error(), http.StatusServiceUnavailable
+	}
+	writeJSON(w, status, checks)
+}
+
+// bearer extracts the token from "Authorization: Bearer <token>".
+func bearer(r *http.Request) string {
+	h := r.Header.Get("Authorization")
+	if len(h) > 7 && strings.EqualFold(h[:7], "bearer ") {
+		return strings.TrimSpace(h[7:])
+	}
+	return ""
+}
+
+type authedHandler func(w http.ResponseWriter, r *http.Request, user string)
+
+func (s *Server) authed(h authedHandler) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		user, err := s.signer.Verify(bearer(r))
+		if err != nil {
+			writeError(w, protocol.CodeUnauthorized, "missing, malformed, expired or wrongly signed token")
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
+		defer cancel()
+		h(w, r.WithContext(ctx), user)
+	}
+}
+
+// decodeBody reads a JSON object body into v, answering 400 itself.
+func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxRequestBody))
+	if err != nil {
+		writeError(w, protocol.CodeInvalid, fmt.Sprintf("request body unreadable or over %d bytes", maxRequestBody))
+		return false
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			writeError(w, protocol.CodeInvalid, fmt.Sprintf("field %q has the wrong type", te.Field))
+		} else {
+			writeError(w, protocol.CodeInvalid, "request body must be a JSON object")
+		}
+		return false
+	}
+	return true
+}
+
+func validUserIDs(ids []string) error {
+	for _, id := range ids {
+		if err := auth.ValidUser(id); err != nil {
+			return fmt.Errorf("members: %v", err)
+		}
+	}
+	return nil
+}
+
+func (s *Server) handleCreateChat(w http.ResponseWriter, r *http.Request, user string) {
+	var req struct {
+		Kind    string   `json:"kind"`
+		Title   string   `json:"title"`
+		Members []string `json:"members"`
+	}
+	if !decodeBody(w, r, &req) {
+		return
+	}
+	if err := validUserIDs(req.Members); err != nil {
+		writeError(w, protocol.CodeInvalid, err.Error())
+		return
+	}
+	switch req.Kind {
+	case history.KindDirect:
+		var peers []string
+		for _, m := range req.Members {
+			if m != user && !contains(peers, m) {
+				peers = append(peers, m)
+			}
+		}
+		if len(peers) != 1 {
+			writeError(w, protocol.CodeInvalid, "a direct chat needs exactly one other member in members")
+			return
+		}
+		chat, created, err := s.store.CreateDirect(r.Context(), user, peers[0])
+		if err != nil {
+			writeStoreError(w, err)
+			return
+		}
+		status := http.StatusOK
+		if created {
+			status = http.StatusCreated
+		}
+		writeJSON(w, status, toChatJSON(chat))
+	case history.KindGroup:
+		if len(req.Title) > 200 || !utf8.ValidString(req.Title) {
+			writeError(w, protocol.CodeInvalid, "title must be at most 200 bytes of UTF-8")
+			return
+		}
+		if len(req.Members) > 1000 {
+			writeError(w, protocol.CodeInvalid, "a group has at most 1000 members")
+			return
+		}
+		chat, err := s.store.CreateGroup(r.Context(), user, req.Title, req.Members)
+		if err != nil {
+			writeStoreError(w, err)
+			return
+		}
+		writeJSON(w, http.StatusCreated, toChatJSON(chat))
+	default:
+		writeError(w, protocol.CodeInvalid, `kind must be "direct" or "group"`)
+	}
+}
+
+func contains(xs []string, x string) bool {
+	for _, v := range xs {
+		if v == x {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *Server) handleListChats(w http.ResponseWriter, r *http.Request, user string) {
+	chats, err := s.store.ChatsOf(r.Context(), user)
+	if err != nil {
+		writeStoreError(w, err)
+		return
+	}
+	out := make([]chatJSON, 0, len(chats))
+	for _, c := range chats {
+		out = append(out, toChatJSON(c))
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"chats": out})
+}
+
+func validChatID(id string) bool {
+	return id != "" && len(id) <= protocol.MaxIDLen && utf8.ValidString(id)
+}
+
+func (s *Server) handleAddMember(w http.ResponseWriter, r *http.Request, user string) {
+	chatID := r.PathValue("chatId")
+	if !validChatID(chatID) {
+		writeError(w, protocol.CodeInvalid, "bad chat id")
+		return
+	}
+	var req struct {
+		UserID string `json:"userId"`
+	}
+	if !decodeBody(w, r, &req) {
+		return
+	}
+	if err := auth.ValidUser(req.UserID); err != nil {
+		writeError(w, protocol.CodeInvalid, "userId: "+err.Error())
+		return
+	}
+	chat, err := s.store.AddMember(r.Context(), chatID, user, req.UserID)
+	if err != nil {
+		writeStoreError(w, err)
+		return
+	}
+	s.chats.put(chat)
+	writeJSON(w, http.StatusOK, toChatJSON(chat))
+}
+
+func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request, user string) {
+	chatID := r.PathValue("chatId")
+	if !validChatID(chatID) {
+		writeError(w, protocol.CodeInvalid, "bad chat id")
+		return
+	}
+	q := r.URL.Query()
+	limit := DefaultPageLimit
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			writeError(w, protocol.CodeInvalid, "limit must be a positive integer")
+			return
+		}
+		limit = min(n, MaxPageLimit)
+	}
+	since := q.Get("since")
+	if len(since) > protocol.MaxIDLen || !utf8.ValidString(since) {
+		since = "" // unresolvable: full sync (PROTOCOL.md §4)
+	}
+	ok, err := s.chats.isMember(r.Context(), chatID, user)
+	if err != nil {
+		writeStoreError(w, err)
+		return
+	}
+	if !ok {
+		writeError(w, protocol.CodeForbidden, "not a member of this chat")
+		return
+	}
+	msgs, more, err := s.store.Page(r.Context(), chatID, since, limit)
+	if err != nil {
+		writeStoreError(w, err)
+		return
+	}
+	out := make([]protocol.Message, len(msgs))
+	for i, m := range msgs {
+		out[i] = protocol.Message{MessageID: m.ID, CorrelationID: m.CorrelationID, ChatID: m.ChatID,
+			SenderID: m.SenderID, Body: m.Body, SentAt: m.SentAt.UTC()}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"messages": out, "hasMore": more})
+}

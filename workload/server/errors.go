@@ -1,0 +1,75 @@
+package server
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+
+	"github.com/tetra-messenger/tetra/workload/history"
+	"github.com/tetra-messenger/tetra/workload/protocol"
+)
+
+// codeOf maps a store error to the contract's error code (PROTOCOL.md §3).
+func codeOf(err error) string {
+	switch {
+	case errors.Is(err, history.ErrNotFound):
+		return protocol.CodeNotFound
+	case errors.Is(err, history.ErrNotMember):
+		return protocol.CodeForbidden
+	case errors.Is(err, history.ErrInvalid):
+		return protocol.CodeInvalid
+	case errors.Is(err, history.ErrUnavailable):
+		return protocol.CodeOverloaded
+	}
+	return protocol.CodeOf(err)
+}
+
+// statusOf maps a contract code to the HTTP status of PROTOCOL.md §2.
+func statusOf(code string) int {
+	switch code {
+	case protocol.CodeInvalid, protocol.CodeTooLarge:
+		return http.StatusBadRequest
+	case protocol.CodeUnauthorized:
+		return http.StatusUnauthorized
+	case protocol.CodeForbidden:
+		return http.StatusForbidden
+	case protocol.CodeNotFound:
+		return http.StatusNotFound
+	case protocol.CodeRateLimited:
+		return http.StatusTooManyRequests
+	case protocol.CodeOverloaded, protocol.CodeUnavailable:
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusBadRequest
+}
+
+type errorBody struct {
+	Error struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+func writeError(w http.ResponseWriter, code, msg string) {
+	var b errorBody
+	b.Error.Code, b.Error.Message = code, msg
+	writeJSON(w, statusOf(code), b)
+}
+
+// writeStoreError answers a store error; unexpected failures say
+// "unavailable" without leaking internals.
+func writeStoreError(w http.ResponseWriter, err error) {
+	code := codeOf(err)
+	msg := err.Error()
+	if code == protocol.CodeOverloaded || errors.Is(err, history.ErrUnavailable) {
+		code, msg = protocol.CodeUnavailable, "the store is unavailable; retry later"
+	}
+	writeError(w, code, msg)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}

@@ -1,0 +1,443 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tetra-messenger/tetra/workload/auth"
+	"github.com/tetra-messenger/tetra/workload/config"
+	"github.com/tetra-messenger/tetra/workload/delivery"
+	"github.com/tetra-messenger/tetra/workload/history"
+	"github.com/tetra-messenger/tetra/workload/ingest"
+	"github.com/tetra-messenger/tetra/workload/outbox"
+	"github.com/tetra-messenger/tetra/workload/protocol"
+	"github.com/tetra-messenger/tetra/workload/store/sqlite"
+	"github.com/tetra-messenger/tetra/workload/waterline"
+	"github.com/tetra-messenger/tetra/workload/waterline/memory"
+)
+
+// Config configures a Server. Start from DefaultConfig.
+type Config struct {
+	// Addr is the listen address; default ":8080". ":0" picks a free port.
+	Addr string
+	// DataDir holds the SQLite database and the persisted JWT secret of the
+	// embedded default; default "./data".
+	DataDir string
+	// Store selects history and outbox: "" or "sqlite" for SQLite in
+	// DataDir, "sqlite:///abs/path.db" for another file.
+	Store string
+	// Index selects the waterline index: "" or "memory" for in process.
+	Index string
+	// JWTSecret signs tokens (TETRA_JWT_SECRET); empty uses the secret
+	// persisted in DataDir.
+	JWTSecret string
+	// Tuning is the initial live tuning; see SetTuning.
+	Tuning config.Tuning
+	// Ingest and Delivery size the pipeline and the engine.
+	Ingest   ingest.Config
+	Delivery delivery.Config
+	// MaxConns caps WebSocket connections in total (default 20000) and
+	// MaxConnsPerUser per user (default 32). Over the cap the upgrade gets
+	// HTTP 429.
+	MaxConns        int
+	MaxConnsPerUser int
+	// AllowedOrigins are extra host patterns (path.Match syntax, e.g.
+	// "*.example.com") whose browser pages may open sockets. By default
+	// only same-origin pages and non-browser clients (no Origin header)
+	// may.
+	AllowedOrigins []string
+	// OutboundQueue is each connection's queue of frames waiting for the
+	// socket; default 1024. A full queue drops frames to re-delivery.
+	OutboundQueue int
+	// WriteTimeout bounds one socket write; default 10 s.
+	WriteTimeout time.Duration
+	// ShutdownGrace bounds Shutdown's drain; default 10 s.
+	ShutdownGrace time.Duration
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// DefaultConfig returns the embedded default configuration.
+func DefaultConfig() Config {
+	return Config{
+		Addr:            ":8080",
+		DataDir:         "./data",
+		Tuning:          config.Default(),
+		MaxConns:        20000,
+		MaxConnsPerUser: 32,
+		OutboundQueue:   1024,
+		WriteTimeout:    10 * time.Second,
+		ShutdownGrace:   10 * time.Second,
+	}
+}
+
+func (c *Config) validate() error {
+	if c.MaxConns <= 0 {
+		return fmt.Errorf("server: MaxConns must be > 0, got %d", c.MaxConns)
+	}
+	if c.MaxConnsPerUser <= 0 {
+		return fmt.Errorf("server: MaxConnsPerUser must be > 0, got %d", c.MaxConnsPerUser)
+	}
+	if c.OutboundQueue <= 0 {
+		return fmt.Errorf("server: OutboundQueue must be > 0, got %d", c.OutboundQueue)
+	}
+	if c.WriteTimeout <= 0 {
+		c.WriteTimeout = 10 * time.Second
+	}
+	if c.ShutdownGrace <= 0 {
+		c.ShutdownGrace = 10 * time.Second
+	}
+	if err := c.Tuning.Validate(); err != nil {
+		return fmt.Errorf("server: tuning: %w", err)
+	}
+	return nil
+}
+
+// Server is the messenger workload.
+type Server struct {
+	cfg    Config
+	log    *slog.Logger
+	tuning atomic.Pointer[config.Tuning]
+	signer *auth.Signer
+
+	store  history.Store
+	outbox outbox.Log
+	index  waterline.Index
+	closer func() error
+
+	pipeline *ingest.Pipeline
+	engine   *delivery.Engine
+	chats    *chatCache
+
+	httpSrv  *http.Server
+	ln       net.Listener
+	draining atomic.Bool
+
+	connMu   sync.Mutex
+	conns    int
+	perUser  map[string]int
+	sessions sync.WaitGroup
+
+	bg       sync.WaitGroup
+	bgCancel context.CancelFunc
+	stopOnce sync.Once
+	stopErr  error
+}
+
+// New opens the stores named by cfg, primes the waterline index and builds
+// the server. It does not listen; call Start.
+func New(ctx context.Context, cfg Config) (*Server, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	secret, err := auth.LoadSecret(cfg.JWTSecret, cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	signer, err := auth.NewSigner(secret)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, log: log, signer: signer, perUser: map[string]int{}}
+	t := cfg.Tuning
+	s.tuning.Store(&t)
+	if err := s.openStores(ctx); err != nil {
+		return nil, err
+	}
+	s.chats = newChatCache(s.store, 5*time.Second)
+	s.engine, err = delivery.New(s.outbox, s.index, s.Tuning, cfg.Delivery, log)
+	if err != nil {
+		s.closer()
+		return nil, err
+	}
+	s.pipeline, err = ingest.New(s.store, cfg.Ingest, s.engine.Handoff, s.broadcastReads, ingest.Hooks{}, log)
+	if err != nil {
+		s.closer()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Server) openStores(ctx context.Context) error {
+	store := s.cfg.Store
+	var path string
+	switch {
+	case store == "" || store == "sqlite":
+		path = filepath.Join(s.cfg.DataDir, "tetra.db")
+	case strings.HasPrefix(store, "sqlite://"):
+		path = strings.TrimPrefix(store, "sqlite://")
+	default:
+		return fmt.Errorf("server: store %q: supported: sqlite (default), sqlite:///path", redact(store))
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return fmt.Errorf("server: create the data directory for %s: %w", path, err)
+	}
+	db, err := sqlite.Open(ctx, sqlite.DefaultConfig(path))
+	if err != nil {
+		return fmt.Errorf("server: open SQLite store at %s: %w", path, err)
+	}
+	switch s.cfg.Index {
+	case "", "memory":
+		s.index = memory.New()
+	default:
+		db.Close()
+		return fmt.Errorf("server: index %q: supported: memory (default)", redact(s.cfg.Index))
+	}
+	s.store, s.outbox, s.closer = db, db, db.Close
+	return nil
+}
+
+// redact drops the userinfo of a URL-like string for error messages.
+func redact(u string) string {
+	if i := strings.Index(u, "@"); i >= 0 {
+		if j := strings.Index(u, "://"); j >= 0 && j < i {
+			return u[:j+3] + "***" + u[i:]
+		}
+	}
+	return u
+}
+
+// Tuning returns the live tuning.
+func (s *Server) Tuning() config.Tuning { return *s.tuning.Load() }
+
+// SetTuning validates t and applies it to every connection at once; running
+// connections are kept.
+func (s *Server) SetTuning(t config.Tuning) error {
+	if err := t.Validate(); err != nil {
+		return err
+	}
+	s.tuning.Store(&t)
+	return nil
+}
+
+// Signer mints and verifies the server's tokens.
+func (s *Server) Signer() *auth.Signer { return s.signer }
+
+// Engine exposes live delivery (for tests and the load generator).
+func (s *Server) Engine() *delivery.Engine { return s.engine }
+
+// Outbox exposes the outbox log (for tests and the load generator).
+func (s *Server) Outbox() outbox.Log { return s.outbox }
+
+// Store exposes the history store.
+func (s *Server) Store() history.Store { return s.store }
+
+// Start primes live delivery, starts the background work and listens on
+// cfg.Addr. It returns once the listener is open; Addr tells where.
+func (s *Server) Start(ctx context.Context) error {
+	if err := s.engine.Start(ctx); err != nil {
+		s.closer()
+		return err
+	}
+	s.pipeline.Start()
+	bgctx, cancel := context.WithCancel(context.Background())
+	s.bgCancel = cancel
+	s.bg.Add(1)
+	go s.retentionLoop(bgctx)
+
+	ln, err := net.Listen("tcp", s.cfg.Addr)
+	if err != nil {
+		s.stop(context.Background())
+		return fmt.Errorf("server: listen on %s: %w", s.cfg.Addr, err)
+	}
+	s.ln = ln
+	s.httpSrv = &http.Server{
+		Handler:           s.routes(),
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+	}
+	go func() {
+		if err := s.httpSrv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.log.Error("http server stopped", "err", err)
+		}
+	}()
+	s.log.Info("tetra serving", "addr", ln.Addr().String(), "store", "sqlite", "index", "memory")
+	return nil
+}
+
+// Addr is the address the server listens on (after Start).
+func (s *Server) Addr() string {
+	if s.ln == nil {
+		return ""
+	}
+	return s.ln.Addr().String()
+}
+
+// URL is the base http URL of the server (after Start), with 127.0.0.1 for
+// an unspecified host.
+func (s *Server) URL() string {
+	host, port, _ := net.SplitHostPort(s.Addr())
+	if host == "" || host == "::" || host == "0.0.0.0" {
+		host = "127.0.0.1"
+	}
+	return "http://" + net.JoinHostPort(host, port)
+}
+
+// Shutdown stops accepting, commits what is in flight, closes every socket
+// with 1001 and releases the stores. Idempotent; bounded by ctx and
+// cfg.ShutdownGrace.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.stopOnce.Do(func() { s.stopErr = s.stop(ctx) })
+	return s.stopErr
+}
+
+func (s *Server) stop(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.ShutdownGrace)
+	defer cancel()
+	s.draining.Store(true)
+	var errs []error
+	if s.httpSrv != nil {
+		// Stops new upgrades and HTTP requests; hijacked sockets stay.
+		if err := s.httpSrv.Shutdown(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := s.pipeline.Stop(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	s.engine.CloseAll(protocol.CloseGoingAway, "server shutting down")
+	done := make(chan struct{})
+	go func() { s.sessions.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+	s.engine.Stop(ctx)
+	if s.bgCancel != nil {
+		s.bgCancel()
+	}
+	s.bg.Wait()
+	if err := s.closer(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+func (s *Server) retentionLoop(ctx context.Context) {
+	defer s.bg.Done()
+	ticker := time.NewTicker(time.Minute)
+	defer ticker.Stop()
+	for {
+		if _, err := s.PurgeHistory(ctx); err != nil && ctx.Err() == nil {
+			s.log.Warn("history retention pass failed", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		}
+	}
+}
+
+// PurgeHistory runs one history retention pass: it deletes history older
+// than the tuning's HistoryRetention, in batches, and returns how many rows
+// went.
+func (s *Server) PurgeHistory(ctx context.Context) (int64, error) {
+	cutoff := time.Now().Add(-s.Tuning().HistoryRetention)
+	var total int64
+	for {
+		n, err := s.store.PurgeHistory(ctx, cutoff, 5000)
+		total += n
+		if err != nil || n < 5000 {
+			return total, err
+		}
+	}
+}
+
+// broadcastReads forwards saved read receipts to the chats' other members.
+func (s *Server) broadcastReads(reads []history.Read) {
+	for _, r := range reads {
+		members, err := s.chats.members(context.Background(), r.ChatID)
+		if err != nil {
+			continue
+		}
+		others := members[:0:0]
+		for _, m := range members {
+			if m != r.UserID {
+				others = append(others, m)
+			}
+		}
+		frame := protocol.Encode(protocol.Read{Type: protocol.TypeRead, ChatID: r.ChatID, UserID: r.UserID, MessageID: r.MessageID})
+		s.engine.Broadcast(others, frame, nil)
+	}
+}
+
+// chatCache caches chat membership for a short TTL. Membership only grows
+// (there is no removal), so a cached member list can only lack members
+// added since; it never grants access that does not exist.
+type chatCache struct {
+	store history.Store
+	ttl   time.Duration
+	mu    sync.Mutex
+	m     map[string]cachedChat
+}
+
+type cachedChat struct {
+	members []string
+	at      time.Time
+}
+
+func newChatCache(store history.Store, ttl time.Duration) *chatCache {
+	return &chatCache{store: store, ttl: ttl, m: map[string]cachedChat{}}
+}
+
+func (c *chatCache) members(ctx context.Context, chatID string) ([]string, error) {
+	c.mu.Lock()
+	if e, ok := c.m[chatID]; ok && time.Since(e.at) < c.ttl {
+		c.mu.Unlock()
+		return e.members, nil
+	}
+	c.mu.Unlock()
+	chat, err := c.store.Chat(ctx, chatID)
+	if err != nil {
+		return nil, err
+	}
+	c.put(chat)
+	return chat.Members, nil
+}
+
+func (c *chatCache) put(chat history.Chat) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.m) > 100000 {
+		c.m = map[string]cachedChat{}
+	}
+	c.m[chat.ID] = cachedChat{members: chat.Members, at: time.Now()}
+}
+
+// isMember reports whether user belongs to chatID; a cached negative is
+// re-checked against the store.
+func (c *chatCache) isMember(ctx context.Context, chatID, user string) (bool, error) {
+	members, err := c.members(ctx, chatID)
+	if err != nil {
+		return false, err
+	}
+	for _, m := range members {
+		if m == user {
+			return true, nil
+		}
+	}
+	chat, err := c.store.Chat(ctx, chatID)
+	if err != nil {
+		return false, err
+	}
+	c.put(chat)
+	return chat.HasMember(user), nil
+}

@@ -1,0 +1,383 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"github.com/coder/websocket"
+	"github.com/oklog/ulid/v2"
+	"golang.org/x/time/rate"
+
+	"github.com/tetra-messenger/tetra/workload/delivery"
+	"github.com/tetra-messenger/tetra/workload/history"
+	"github.com/tetra-messenger/tetra/workload/ingest"
+	"github.com/tetra-messenger/tetra/workload/protocol"
+)
+
+// maxBadFrames is how many bad frames in a row close a connection with 1008.
+const maxBadFrames = 20
+
+// MaxDeviceLen bounds the device query parameter, in bytes.
+const MaxDeviceLen = 64
+
+func validDevice(d string) bool {
+	if d == "" || len(d) > MaxDeviceLen || !utf8.ValidString(d) {
+		return false
+	}
+	for _, r := range d {
+		if r < 0x20 || r == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
+	if s.draining.Load() {
+		writeError(w, protocol.CodeUnavailable, "server shutting down")
+		return
+	}
+	token := bearer(r)
+	if token == "" {
+		token = r.URL.Query().Get("token")
+	}
+	user, err := s.signer.Verify(token)
+	if err != nil {
+		writeError(w, protocol.CodeUnauthorized, "missing, malformed, expired or wrongly signed token")
+		return
+	}
+	device := r.URL.Query().Get("device")
+	if device == "" {
+		device = "default"
+	}
+	if !validDevice(device) {
+		writeError(w, protocol.CodeInvalid, "device must be 1..64 bytes of UTF-8 without control characters")
+		return
+	}
+	if !s.admit(user) {
+		writeError(w, protocol.CodeRateLimited, "too many connections")
+		return
+	}
+	defer s.release(user)
+	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{OriginPatterns: s.cfg.AllowedOrigins})
+	if err != nil {
+		return // Accept answered the client already
+	}
+	s.sessions.Add(1)
+	defer s.sessions.Done()
+	sess := newSession(s, c, user, device)
+	sess.run()
+}
+
+func (s *Server) admit(user string) bool {
+	s.connMu.Lock()
+	defer s.connMu.Unlock()
+	if s.conns >= s.cfg.MaxConns || s.perUser[user] >= s.cfg.MaxConnsPerUser {
+		return false
+	}
+	s.conns++
+	s.perUser[user]++
+	return true
+}
+
+func (s *Server) release(user string) {
+	s.connMu.Lock()
+	defer s.connMu.Unlock()
+	s.conns--
+	if s.perUser[user]--; s.perUser[user] <= 0 {
+		delete(s.perUser, user)
+	}
+}
+
+// session is one WebSocket connection. It implements delivery.Conn.
+type session struct {
+	srv    *Server
+	ws     *websocket.Conn
+	id     string
+	user   string
+	device string
+
+	out        chan []byte
+	closing    chan struct{}
+	closeOnce  sync.Once
+	closeCode  atomic.Int32
+	closeWhy   atomic.Value // string
+	writerGone chan struct{}
+
+	member   *delivery.Member
+	inflight atomic.Int32
+	limiter  *rate.Limiter
+	bad      int
+}
+
+func newSession(s *Server, c *websocket.Conn, user, device string) *session {
+	t := s.Tuning()
+	return &session{
+		srv: s, ws: c, id: ulid.Make().String(), user: user, device: device,
+		out:        make(chan []byte, s.cfg.OutboundQueue),
+		closing:    make(chan struct{}),
+		writerGone: make(chan struct{}),
+		limiter:    rate.NewLimiter(rate.Limit(t.SendsPerSecond), t.SendsPerSecond),
+	}
+}
+
+func (c *session) ID() string     { return c.id }
+func (c *session) User() string   { return c.user }
+func (c *session) Device() string { return c.device }
+
+// Enqueue implements delivery.Conn.
+func (c *session) Enqueue(frame []byte) bool {
+	select {
+	case <-c.closing:
+		return false
+	default:
+	}
+	select {
+	case c.out <- frame:
+		return true
+	default:
+		return false
+	}
+}
+
+// Close implements delivery.Conn: the writer flushes what is queued (up to
+// a second) and then closes the socket with code.
+func (c *session) Close(code int, reason string) {
+	c.closeOnce.Do(func() {
+		c.closeCode.Store(int32(code))
+		c.closeWhy.Store(reason)
+		close(c.closing)
+	})
+}
+
+func (c *session) send(frame any) { c.Enqueue(protocol.Encode(frame)) }
+
+func (c *session) sendError(corr, code, msg string) {
+	c.send(protocol.ErrorFrame{Type: protocol.TypeError, CorrelationID: corr, Code: code, Message: msg})
+}
+
+func (c *session) run() {
+	s := c.srv
+	t := s.Tuning()
+	c.ws.SetReadLimit(protocol.TransportLimit)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go c.writer(ctx)
+	// hello goes first, before the engine can queue any message frame.
+	c.send(protocol.Hello{Type: protocol.TypeHello, UserID: c.user, Device: c.device, ConnectionID: c.id,
+		Limits: protocol.Limits{MaxBodyBytes: t.MaxBodyBytes, MaxInFlightSends: t.MaxInFlightSends,
+			SendsPerSecond: t.SendsPerSecond, PingIntervalMs: int(t.PingInterval / time.Millisecond)}})
+	rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
+	m, err := s.engine.Register(rctx, c)
+	rcancel()
+	if err != nil {
+		s.log.Warn("connection refused: live delivery unavailable", "user", c.user, "err", err)
+		c.Close(int(websocket.StatusTryAgainLater), "live delivery unavailable, retry")
+		<-c.writerGone
+		return
+	}
+	c.member = m
+	go c.pinger(ctx)
+	c.reader(ctx)
+	s.engine.Unregister(m)
+	c.Close(int(websocket.StatusNormalClosure), "")
+	<-c.writerGone
+}
+
+func (c *session) writer(ctx context.Context) {
+	defer close(c.writerGone)
+	wt := c.srv.cfg.WriteTimeout
+	write := func(f []byte) bool {
+		wctx, cancel := context.WithTimeout(ctx, wt)
+		defer cancel()
+		return c.ws.Write(wctx, websocket.MessageText, f) == nil
+	}
+	for {
+		select {
+		case f := <-c.out:
+			if !write(f) {
+				c.Close(int(websocket.StatusGoingAway), "write failed")
+				c.ws.CloseNow()
+				return
+			}
+		case <-c.closing:
+			deadline := time.Now().Add(time.Second)
+		flush:
+			for time.Now().Before(deadline) {
+				select {
+				case f := <-c.out:
+					if !write(f) {
+						break flush
+					}
+				default:
+					break flush
+				}
+			}
+			why, _ := c.closeWhy.Load().(string)
+			done := make(chan struct{})
+			go func() {
+				_ = c.ws.Close(websocket.StatusCode(c.closeCode.Load()), truncate(why, 120))
+				close(done)
+			}()
+			select {
+			case <-done:
+			case <-time.After(2 * time.Second):
+				c.ws.CloseNow()
+			}
+			return
+		}
+	}
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}
+
+func (c *session) pinger(ctx context.Context) {
+	for {
+		t := c.srv.Tuning()
+		timer := time.NewTimer(t.PingInterval)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return
+		case <-c.closing:
+			timer.Stop()
+			return
+		case <-timer.C:
+		}
+		pctx, cancel := context.WithTimeout(ctx, t.PingTimeout)
+		err := c.ws.Ping(pctx)
+		cancel()
+		if err == nil {
+			c.srv.engine.Touch(c.member)
+		}
+		// No pong: the idle reaper decides (delivery.IdleReaper).
+	}
+}
+
+func (c *session) reader(ctx context.Context) {
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-c.closing:
+			cancel()
+		case <-rctx.Done():
+		}
+	}()
+	for {
+		typ, data, err := c.ws.Read(rctx)
+		if err != nil {
+			return
+		}
+		c.srv.engine.Touch(c.member)
+		if typ != websocket.MessageText {
+			c.bad++
+			c.sendError("", protocol.CodeInvalid, "frames must be JSON text messages")
+		} else {
+			c.handle(rctx, data)
+		}
+		if c.bad >= maxBadFrames {
+			c.Close(protocol.ClosePolicy, "too many bad frames")
+			return
+		}
+	}
+}
+
+func (c *session) handle(ctx context.Context, data []byte) {
+	t := c.srv.Tuning()
+	f, err := protocol.DecodeClient(data, t.MaxBodyBytes)
+	if err != nil {
+		c.bad++
+		var pe *protocol.Error
+		if errors.As(err, &pe) {
+			c.sendError(pe.CorrelationID, pe.Code, pe.Message)
+		} else {
+			c.sendError("", protocol.CodeInvalid, "bad frame")
+		}
+		return
+	}
+	c.bad = 0
+	switch {
+	case f.Send != nil:
+		c.handleSend(f.Send, t.MaxInFlightSends, t.SendsPerSecond)
+	case f.Ack != nil:
+		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		if err := c.srv.engine.Ack(actx, c.member, f.Ack.MessageIDs); err != nil {
+			c.srv.log.Warn("ack not recorded", "conn", c.id, "err", err)
+		}
+		cancel()
+	case f.Ping != nil:
+		c.send(protocol.Ping{Type: protocol.TypePong})
+	case f.Read != nil:
+		c.handleRead(ctx, f.Read)
+	}
+}
+
+func (c *session) handleSend(m *protocol.Send, credits, perSecond int) {
+	if int(c.inflight.Load()) >= credits {
+		c.sendError(m.CorrelationID, protocol.CodeCreditExhausted, "too many sends awaiting an answer (maxInFlightSends)")
+		return
+	}
+	if c.limiter.Limit() != rate.Limit(perSecond) {
+		c.limiter.SetLimit(rate.Limit(perSecond))
+		c.limiter.SetBurst(perSecond)
+	}
+	if !c.limiter.Allow() {
+		c.sendError(m.CorrelationID, protocol.CodeRateLimited, "send rate over sendsPerSecond")
+		return
+	}
+	c.inflight.Add(1)
+	corr := m.CorrelationID
+	err := c.srv.pipeline.Submit(ingest.Request{
+		Draft: history.Draft{
+			ID: ulid.Make().String(), ChatID: m.ChatID, SenderID: c.user, SenderDevice: c.device,
+			CorrelationID: corr, Body: m.Body, SentAt: time.Now().UTC(),
+		},
+		Done: func(res history.Result, err error) {
+			c.inflight.Add(-1)
+			switch {
+			case err != nil:
+				c.sendError(corr, protocol.CodeOverloaded, "not stored: the store is unavailable; resend with the same correlationId")
+			case res.Err != nil:
+				c.sendError(corr, codeOf(res.Err), res.Err.Error())
+			default:
+				c.send(protocol.Accepted{Type: protocol.TypeAccepted, CorrelationID: corr,
+					MessageID: res.Message.ID, ChatID: res.Message.ChatID, SentAt: res.Message.SentAt.UTC()})
+			}
+		},
+	})
+	if err != nil {
+		c.inflight.Add(-1)
+		c.sendError(corr, protocol.CodeOverloaded, "inbound queue full; resend with the same correlationId")
+	}
+}
+
+func (c *session) handleRead(ctx context.Context, r *protocol.Read) {
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	ok, err := c.srv.chats.isMember(rctx, r.ChatID, c.user)
+	switch {
+	case errors.Is(err, history.ErrNotFound):
+		c.sendError("", protocol.CodeNotFound, "no such chat")
+		return
+	case err != nil:
+		c.sendError("", protocol.CodeOverloaded, "read receipt not stored")
+		return
+	case !ok:
+		c.sendError("", protocol.CodeForbidden, "not a member of this chat")
+		return
+	}
+	if err := c.srv.pipeline.SubmitRead(history.Read{ChatID: r.ChatID, UserID: c.user, MessageID: r.MessageID, At: time.Now().UTC()}); err != nil {
+		c.sendError("", protocol.CodeOverloaded, "read receipt not stored")
+	}
+}

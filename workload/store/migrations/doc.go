@@ -1,0 +1,17 @@
+// Package migrations holds the relational schema of tetra's stores as
+// numbered SQL files, embedded in the binary and applied by goose
+// (github.com/pressly/goose/v3) through its Provider API, so a fresh
+// database and an old one converge on the same schema at startup without a
+// separate migration step.
+//
+// Each dialect has its own folder of files named NNNN_description.sql with
+// goose's "-- +goose Up" and "-- +goose Down" sections: sqlite/ for the
+// embedded store (package ../sqlite). A postgres/ folder joins it when the
+// PostgreSQL store lands; add it to the embed pattern then (an embed pattern
+// that matches nothing fails the build, which is why only sqlite/ is listed
+// today).
+//
+// Files are append-only once released: a schema change is a new numbered
+// file, never an edit of an applied one, because goose records applied
+// versions in the goose_db_version table and will not re-run a file.
+package migrations

@@ -1,0 +1,334 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/tetra-messenger/tetra/workload/history"
+)
+
+// Limits on chat input; a request beyond them fails with history.ErrInvalid.
+const (
+	// MaxUserIDBytes is the longest user id accepted, in bytes. User ids must
+	// also be valid UTF-8 without control characters.
+	MaxUserIDBytes = 128
+	// MaxTitleBytes is the longest group title accepted, in bytes, after
+	// surrounding white space is trimmed.
+	MaxTitleBytes = 256
+	// MaxGroupMembers is the largest group, creator included; CreateGroup and
+	// AddMember refuse to grow a group beyond it.
+	MaxGroupMembers = 1000
+)
+
+// querier is what both the pools and transactions offer for reads.
+type querier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// validUser checks a user id; what names the argument in the error.
+func validUser(what, id string) error {
+	switch {
+	case id == "":
+		return fmt.Errorf("%w: %s is empty", history.ErrInvalid, what)
+	case len(id) > MaxUserIDBytes:
+		return fmt.Errorf("%w: %s is longer than %d bytes", history.ErrInvalid, what, MaxUserIDBytes)
+	case !utf8.ValidString(id):
+		return fmt.Errorf("%w: %s is not valid UTF-8", history.ErrInvalid, what)
+	case strings.ContainsFunc(id, unicode.IsControl):
+		return fmt.Errorf("%w: %s contains a control character", history.ErrInvalid, what)
+	}
+	return nil
+}
+
+// CreateDirect returns the direct chat of {a, b}, creating it when missing.
+// The pair is stored ordered, under a primary key, so the same chat comes
+// back whichever side asks and however many calls race (created is true for
+// exactly one of them). Invalid user ids (see MaxUserIDBytes) and a == b
+// give ErrInvalid; store failures ErrUnavailable.
+func (db *DB) CreateDirect(ctx context.Context, a, b string) (history.Chat, bool, error) {
+	if err := validUser("user id", a); err != nil {
+		return history.Chat{}, false, err
+	}
+	if err := validUser("member id", b); err != nil {
+		return history.Chat{}, false, err
+	}
+	if a == b {
+		return history.Chat{}, false, fmt.Errorf("%w: a direct chat needs two different users", history.ErrInvalid)
+	}
+	lo, hi := min(a, b), max(a, b)
+	const findPair = `SELECT chat_id FROM direct_pairs WHERE user_a = ? AND user_b = ?`
+
+	// Fast path on the read pool: the chat usually exists already.
+	var id string
+	switch err := db.r.QueryRowContext(ctx, findPair, lo, hi).Scan(&id); {
+	case err == nil:
+		c, err := loadChat(ctx, db.r, id)
+		return c, false, err
+	case !errors.Is(err, sql.ErrNoRows):
+		return history.Chat{}, false, unavailable("create direct", err)
+	}
+
+	tx, err := db.w.BeginTx(ctx, nil)
+	if err != nil {
+		return history.Chat{}, false, unavailable("create direct", err)
+	}
+	defer rollback(tx)
+	// Check again under the write lock: another caller, or another process,
+	// may have created it since.
+	switch err := tx.QueryRowContext(ctx, findPair, lo, hi).Scan(&id); {
+	case err == nil:
+		c, err := loadChat(ctx, tx, id)
+		if err != nil {
+			return history.Chat{}, false, err
+		}
+		return c, false, commitTx(tx, "create direct")
+	case !errors.Is(err, sql.ErrNoRows):
+		return history.Chat{}, false, unavailable("create direct", err)
+	}
+	c := history.Chat{
+		ID:        newChatID(),
+		Kind:      history.KindDirect,
+		Members:   []string{lo, hi},
+		CreatedAt: fromNanos(nanos(time.Now())),
+	}
+	if err := insertChat(ctx, tx, c); err != nil {
+		return history.Chat{}, false, err
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO direct_pairs (user_a, user_b, chat_id) VALUES (?, ?, ?)`,
+		lo, hi, c.ID); err != nil {
+		return history.Chat{}, false, unavailable("create direct", err)
+	}
+	if err := commitTx(tx, "create direct"); err != nil {
+		return history.Chat{}, false, err
+	}
+	return c, true, nil
+}
+
+// CreateGroup creates a group chat of creator plus members, duplicates
+// removed, members sorted. The title is trimmed of surrounding white space
+// and may be empty. Invalid user ids, a title over MaxTitleBytes or not
+// UTF-8, and more than MaxGroupMembers members give ErrInvalid.
+func (db *DB) CreateGroup(ctx context.Context, creator, title string, members []string) (history.Chat, error) {
+	if err := validUser("creator id", creator); err != nil {
+		return history.Chat{}, err
+	}
+	title = strings.TrimSpace(title)
+	if len(title) > MaxTitleBytes {
+		return history.Chat{}, fmt.Errorf("%w: title is longer than %d bytes", history.ErrInvalid, MaxTitleBytes)
+	}
+	if !utf8.ValidString(title) {
+		return history.Chat{}, fmt.Errorf("%w: title is not valid UTF-8", history.ErrInvalid)
+	}
+	all := make([]string, 0, len(members)+1)
+	all = append(all, creator)
+	for _, m := range members {
+		if err := validUser("member id", m); err != nil {
+			return history.Chat{}, err
+		}
+		all = append(all, m)
+	}
+	slices.Sort(all)
+	all = slices.Compact(all)
+	if len(all) > MaxGroupMembers {
+		return history.Chat{}, fmt.Errorf("%w: a group has at most %d members", history.ErrInvalid, MaxGroupMembers)
+	}
+	c := history.Chat{
+		ID:        newChatID(),
+		Kind:      history.KindGroup,
+		Title:     title,
+		Members:   all,
+		CreatedAt: fromNanos(nanos(time.Now())),
+	}
+	tx, err := db.w.BeginTx(ctx, nil)
+	if err != nil {
+		return history.Chat{}, unavailable("create group", err)
+	}
+	defer rollback(tx)
+	if err := insertChat(ctx, tx, c); err != nil {
+		return history.Chat{}, err
+	}
+	if err := commitTx(tx, "create group"); err != nil {
+		return history.Chat{}, err
+	}
+	return c, nil
+}
+
+// insertChat writes the chats row and one members row per member.
+func insertChat(ctx context.Context, tx *sql.Tx, c history.Chat) error {
+	if _, err := tx.ExecContext(ctx, `INSERT INTO chats (id, kind, title, created_at) VALUES (?, ?, ?, ?)`,
+		c.ID, c.Kind, c.Title, nanos(c.CreatedAt)); err != nil {
+		return unavailable("insert chat", err)
+	}
+	stmt, err := tx.PrepareContext(ctx, `INSERT INTO members (chat_id, user_id) VALUES (?, ?)`)
+	if err != nil {
+		return unavailable("insert chat", err)
+	}
+	defer stmt.Close()
+	for _, m := range c.Members {
+		if _, err := stmt.ExecContext(ctx, c.ID, m); err != nil {
+			return unavailable("insert chat", err)
+		}
+	}
+	return nil
+}
+
+// Chat returns the chat chatID with its members sorted, or ErrNotFound.
+func (db *DB) Chat(ctx context.Context, chatID string) (history.Chat, error) {
+	tx, err := db.r.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return history.Chat{}, unavailable("chat", err)
+	}
+	defer rollback(tx)
+	return loadChat(ctx, tx, chatID)
+}
+
+// loadChat reads one chat and its members through q.
+func loadChat(ctx context.Context, q querier, chatID string) (history.Chat, error) {
+	c := history.Chat{ID: chatID}
+	var created int64
+	err := q.QueryRowContext(ctx, `SELECT kind, title, created_at FROM chats WHERE id = ?`, chatID).
+		Scan(&c.Kind, &c.Title, &created)
+	if errors.Is(err, sql.ErrNoRows) {
+		return history.Chat{}, fmt.Errorf("%w: chat %q", history.ErrNotFound, chatID)
+	}
+	if err != nil {
+		return history.Chat{}, unavailable("chat", err)
+	}
+	c.CreatedAt = fromNanos(created)
+	rows, err := q.QueryContext(ctx, `SELECT user_id FROM members WHERE chat_id = ? ORDER BY user_id`, chatID)
+	if err != nil {
+		return history.Chat{}, unavailable("chat members", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var m string
+		if err := rows.Scan(&m); err != nil {
+			return history.Chat{}, unavailable("chat members", err)
+		}
+		c.Members = append(c.Members, m)
+	}
+	if err := rows.Err(); err != nil {
+		return history.Chat{}, unavailable("chat members", err)
+	}
+	return c, nil
+}
+
+// ChatsOf lists the chats user is a member of, oldest first (by creation
+// time, then id), each with its members sorted. An unknown user has no
+// chats; an invalid user id gives ErrInvalid.
+func (db *DB) ChatsOf(ctx context.Context, user string) ([]history.Chat, error) {
+	if err := validUser("user id", user); err != nil {
+		return nil, err
+	}
+	// One read transaction: both queries see the same snapshot.
+	tx, err := db.r.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return nil, unavailable("chats of", err)
+	}
+	defer rollback(tx)
+	rows, err := tx.QueryContext(ctx, `SELECT c.id, c.kind, c.title, c.created_at
+		FROM members AS m JOIN chats AS c ON c.id = m.chat_id
+		WHERE m.user_id = ? ORDER BY c.created_at, c.id`, user)
+	if err != nil {
+		return nil, unavailable("chats of", err)
+	}
+	chats := []history.Chat{}
+	index := map[string]int{}
+	for rows.Next() {
+		var c history.Chat
+		var created int64
+		if err := rows.Scan(&c.ID, &c.Kind, &c.Title, &created); err != nil {
+			rows.Close()
+			return nil, unavailable("chats of", err)
+		}
+		c.CreatedAt = fromNanos(created)
+		index[c.ID] = len(chats)
+		chats = append(chats, c)
+	}
+	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+		return nil, unavailable("chats of", err)
+	}
+	if len(chats) == 0 {
+		return chats, nil
+	}
+	rows, err = tx.QueryContext(ctx, `SELECT o.chat_id, o.user_id
+		FROM members AS m JOIN members AS o ON o.chat_id = m.chat_id
+		WHERE m.user_id = ? ORDER BY o.chat_id, o.user_id`, user)
+	if err != nil {
+		return nil, unavailable("chats of", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var chatID, member string
+		if err := rows.Scan(&chatID, &member); err != nil {
+			return nil, unavailable("chats of", err)
+		}
+		if i, ok := index[chatID]; ok {
+			chats[i].Members = append(chats[i].Members, member)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, unavailable("chats of", err)
+	}
+	return chats, nil
+}
+
+// AddMember adds user to the group chatID on behalf of by and returns the
+// chat. Errors, in the order checked: ErrInvalid for bad user ids,
+// ErrNotFound for an unknown chat, ErrNotMember when by is not a member,
+// ErrInvalid for a direct chat or a group already at MaxGroupMembers.
+// Adding an existing member changes nothing.
+func (db *DB) AddMember(ctx context.Context, chatID, by, user string) (history.Chat, error) {
+	if err := validUser("user id", by); err != nil {
+		return history.Chat{}, err
+	}
+	if err := validUser("member id", user); err != nil {
+		return history.Chat{}, err
+	}
+	tx, err := db.w.BeginTx(ctx, nil)
+	if err != nil {
+		return history.Chat{}, unavailable("add member", err)
+	}
+	defer rollback(tx)
+	c, err := loadChat(ctx, tx, chatID)
+	if err != nil {
+		return history.Chat{}, err
+	}
+	if !c.HasMember(by) {
+		return history.Chat{}, fmt.Errorf("%w: %q in chat %q", history.ErrNotMember, by, chatID)
+	}
+	if c.Kind != history.KindGroup {
+		return history.Chat{}, fmt.Errorf("%w: members can be added to group chats only", history.ErrInvalid)
+	}
+	if c.HasMember(user) {
+		return c, commitTx(tx, "add member")
+	}
+	if len(c.Members) >= MaxGroupMembers {
+		return history.Chat{}, fmt.Errorf("%w: a group has at most %d members", history.ErrInvalid, MaxGroupMembers)
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO members (chat_id, user_id) VALUES (?, ?)`, chatID, user); err != nil {
+		return history.Chat{}, unavailable("add member", err)
+	}
+	if err := commitTx(tx, "add member"); err != nil {
+		return history.Chat{}, err
+	}
+	i, _ := slices.BinarySearch(c.Members, user)
+	c.Members = slices.Insert(c.Members, i, user)
+	return c, nil
+}
+
+// commitTx commits tx, translating a failure.
+func commitTx(tx *sql.Tx, op string) error {
+	if err := tx.Commit(); err != nil {
+		return unavailable(op, err)
+	}
+	return nil
+}

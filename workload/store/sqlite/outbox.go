@@ -1,0 +1,124 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+
+	"github.com/tetra-messenger/tetra/workload/outbox"
+)
+
+// Partition is the one partition of the SQLite outbox log.
+const Partition int32 = 0
+
+// checkPartition refuses every partition but 0.
+func checkPartition(op string, p int32) error {
+	if p != Partition {
+		return fmt.Errorf("sqlite: outbox %s: unknown partition %d: the SQLite outbox has only partition 0", op, p)
+	}
+	return nil
+}
+
+// Partitions returns [0]: the SQLite outbox is one partition.
+func (db *DB) Partitions(ctx context.Context) ([]int32, error) {
+	return []int32{Partition}, nil
+}
+
+// PartitionOf returns 0 for every recipient.
+func (db *DB) PartitionOf(recipient string) int32 { return Partition }
+
+// Head returns the highest outbox position ever assigned, read from
+// sqlite_sequence so it survives deletes and reopening; 0 when no row was
+// ever appended. A partition other than 0 is an error.
+func (db *DB) Head(ctx context.Context, partition int32) (int64, error) {
+	if err := checkPartition("head", partition); err != nil {
+		return 0, err
+	}
+	var head int64
+	if err := db.rHead.QueryRowContext(ctx).Scan(&head); err != nil {
+		return 0, logUnavailable("head", err)
+	}
+	return head, nil
+}
+
+// Scan returns up to limit rows with position above after, in position
+// order, each joined with its history row. It is a forward range read of
+// the outbox's primary key plus one keyed lookup into history per row.
+// Positions are assigned under the single writer lock in commit order, so a
+// row committed later never has a lower position than one already returned.
+// limit < 1 and partitions other than 0 are errors; store failures wrap
+// outbox.ErrUnavailable.
+func (db *DB) Scan(ctx context.Context, partition int32, after int64, limit int) ([]outbox.Row, error) {
+	if err := checkPartition("scan", partition); err != nil {
+		return nil, err
+	}
+	if limit < 1 {
+		return nil, fmt.Errorf("sqlite: outbox scan: limit %d, want at least 1", limit)
+	}
+	rows, err := db.rScan.QueryContext(ctx, after, limit)
+	if err != nil {
+		return nil, logUnavailable("scan", err)
+	}
+	defer rows.Close()
+	out := make([]outbox.Row, 0, min(limit, 1024))
+	for rows.Next() {
+		var r outbox.Row
+		var created, sentAt int64
+		m := &r.Message
+		if err := rows.Scan(&r.Pos, &r.Recipient, &created,
+			&m.Seq, &m.ID, &m.ChatID, &m.SenderID, &m.SenderDevice, &m.CorrelationID, &m.Body, &sentAt); err != nil {
+			return nil, logUnavailable("scan", err)
+		}
+		r.Partition = Partition
+		r.CreatedAt = fromNanos(created)
+		m.SentAt = fromNanos(sentAt)
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, logUnavailable("scan", err)
+	}
+	return out, nil
+}
+
+// DeleteBelow deletes every outbox row with position below pos (a prefix)
+// on the writer and returns how many it deleted. Positions are never reused
+// afterwards. A partition other than 0 is an error; store failures wrap
+// outbox.ErrUnavailable and delete nothing.
+func (db *DB) DeleteBelow(ctx context.Context, partition int32, pos int64) (int64, error) {
+	if err := checkPartition("delete", partition); err != nil {
+		return 0, err
+	}
+	res, err := db.w.ExecContext(ctx, `DELETE FROM outbox WHERE id < ?`, pos)
+	if err != nil {
+		return 0, logUnavailable("delete", err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, logUnavailable("delete", err)
+	}
+	return n, nil
+}
+
+// Stats returns, from one snapshot, the number of rows present (a count,
+// linear in the depth), the head as Head reports it, and the CreatedAt of
+// the row with the lowest position (zero when empty). A partition other
+// than 0 is an error.
+func (db *DB) Stats(ctx context.Context, partition int32) (outbox.Stats, error) {
+	if err := checkPartition("stats", partition); err != nil {
+		return outbox.Stats{}, err
+	}
+	// One statement reads one snapshot.
+	st := outbox.Stats{Partition: Partition}
+	var oldest sql.NullInt64
+	err := db.r.QueryRowContext(ctx, `SELECT
+		(SELECT count(*) FROM outbox),
+		coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'outbox'), 0),
+		(SELECT created_at FROM outbox ORDER BY id LIMIT 1)`).Scan(&st.Depth, &st.Head, &oldest)
+	if err != nil {
+		return outbox.Stats{}, logUnavailable("stats", err)
+	}
+	if oldest.Valid {
+		st.OldestAt = fromNanos(oldest.Int64)
+	}
+	return st, nil
+}

@@ -1,0 +1,231 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+	"github.com/pressly/goose/v3"
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/tetra-messenger/tetra/workload/history"
+	"github.com/tetra-messenger/tetra/workload/outbox"
+	"github.com/tetra-messenger/tetra/workload/store/migrations"
+)
+
+// Compile-time checks: one *DB serves as both the history store and the
+// outbox log of the embedded mode.
+var (
+	_ history.Store = (*DB)(nil)
+	_ outbox.Log    = (*DB)(nil)
+)
+
+// DB is the SQLite store: chats, members, history, read receipts and the
+// single-partition outbox log in one database file.
+//
+// Every write (chat changes, Commit, SaveReads, PurgeHistory, DeleteBelow)
+// goes through one dedicated writer connection, so write transactions never
+// interleave and outbox positions are assigned in commit order. Reads
+// (Chat, ChatsOf, Page, Scan, Head, Stats, Partitions) use a separate pool of
+// query-only connections that read WAL snapshots and never wait for the
+// writer. All methods are safe for concurrent use.
+type DB struct {
+	cfg Config
+	w   *sql.DB // the writer: exactly one connection
+	r   *sql.DB // the read pool
+
+	// Writer statements, bound to the writer's one connection and reused by
+	// every transaction through Tx.StmtContext.
+	wDupe, wMembers, wChatExists, wInsertHistory, wInsertOutbox *sql.Stmt
+	// Reader statements, prepared per pooled connection on first use.
+	rPage, rScan, rHead *sql.Stmt
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Open opens (creating when missing) the database at cfg.Path, applies the
+// embedded migrations, and returns the store. A bad Config is reported with
+// the field's name; a database that cannot be opened or migrated gives an
+// error wrapping history.ErrUnavailable. Close the DB when done.
+func Open(ctx context.Context, cfg Config) (*DB, error) {
+	cfg, err := cfg.validate()
+	if err != nil {
+		return nil, err
+	}
+	if dir := filepath.Dir(cfg.Path); dir != "" {
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			return nil, fmt.Errorf("sqlite: create directory of Config.Path: %w: %w", history.ErrUnavailable, err)
+		}
+	}
+	db := &DB{cfg: cfg}
+	ok := false
+	defer func() {
+		if !ok {
+			db.Close()
+		}
+	}()
+
+	db.w, err = sql.Open("sqlite", cfg.writerDSN())
+	if err != nil {
+		return nil, unavailable("open writer", err)
+	}
+	db.w.SetMaxOpenConns(1)
+	db.w.SetMaxIdleConns(1)
+	db.w.SetConnMaxLifetime(0)
+	db.w.SetConnMaxIdleTime(0)
+	if err := db.w.PingContext(ctx); err != nil {
+		return nil, unavailable("open writer", err)
+	}
+	if err := migrate(ctx, db.w); err != nil {
+		return nil, unavailable("migrate", err)
+	}
+
+	db.r, err = sql.Open("sqlite", cfg.readerDSN())
+	if err != nil {
+		return nil, unavailable("open readers", err)
+	}
+	db.r.SetMaxOpenConns(cfg.ReadConns)
+	db.r.SetMaxIdleConns(cfg.ReadConns)
+	db.r.SetConnMaxLifetime(0)
+	if err := db.r.PingContext(ctx); err != nil {
+		return nil, unavailable("open readers", err)
+	}
+
+	if err := db.prepare(ctx); err != nil {
+		return nil, unavailable("prepare", err)
+	}
+	ok = true
+	return db, nil
+}
+
+// migrate applies the embedded SQLite migrations that are not yet applied.
+func migrate(ctx context.Context, w *sql.DB) error {
+	p, err := goose.NewProvider(goose.DialectSQLite3, w, migrations.SQLite(),
+		goose.WithDisableGlobalRegistry(true),
+		goose.WithSlog(slog.New(slog.NewTextHandler(io.Discard, nil))),
+	)
+	if err != nil {
+		return err
+	}
+	// Not p.Close: that would close the writer pool the store keeps using.
+	_, err = p.Up(ctx)
+	return err
+}
+
+// pageQuery reads a page of a chat (?1) after the message ?2, resolved to
+// its sequence only within the chat, limit ?3. It ranges over history_chat.
+const pageQuery = `SELECT id, message_id, sender_id, sender_device, correlation_id, body, sent_at
+	FROM history
+	WHERE chat_id = ?1
+	  AND id > coalesce((SELECT id FROM history WHERE message_id = ?2 AND chat_id = ?1), 0)
+	ORDER BY id LIMIT ?3`
+
+// scanQuery is the outbox scan: a range of the outbox primary key, each row
+// joined by key to its history row.
+const scanQuery = `SELECT o.id, o.recipient, o.created_at,
+	       h.id, h.message_id, h.chat_id, h.sender_id, h.sender_device, h.correlation_id, h.body, h.sent_at
+	FROM outbox AS o JOIN history AS h ON h.id = o.history_id
+	WHERE o.id > ? ORDER BY o.id LIMIT ?`
+
+func (db *DB) prepare(ctx context.Context) error {
+	var err error
+	prep := func(pool *sql.DB, dst **sql.Stmt, query string) {
+		if err != nil {
+			return
+		}
+		*dst, err = pool.PrepareContext(ctx, query)
+	}
+	prep(db.w, &db.wDupe, `SELECT id, message_id, chat_id, sender_device, body, sent_at
+		FROM history WHERE sender_id = ? AND correlation_id = ?`)
+	prep(db.w, &db.wMembers, `SELECT user_id FROM members WHERE chat_id = ? ORDER BY user_id`)
+	prep(db.w, &db.wChatExists, `SELECT 1 FROM chats WHERE id = ?`)
+	prep(db.w, &db.wInsertHistory, `INSERT INTO history
+		(message_id, chat_id, sender_id, sender_device, correlation_id, body, sent_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?)`)
+	prep(db.w, &db.wInsertOutbox, `INSERT INTO outbox (recipient, history_id, created_at) VALUES (?, ?, ?)`)
+	prep(db.r, &db.rPage, pageQuery)
+	prep(db.r, &db.rScan, scanQuery)
+	prep(db.r, &db.rHead, `SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'outbox'), 0)`)
+	return err
+}
+
+// Ping checks that the writer and the read pool both answer. Errors wrap
+// history.ErrUnavailable.
+func (db *DB) Ping(ctx context.Context) error {
+	if err := db.w.PingContext(ctx); err != nil {
+		return unavailable("ping writer", err)
+	}
+	var one int
+	if err := db.r.QueryRowContext(ctx, `SELECT 1`).Scan(&one); err != nil {
+		return unavailable("ping readers", err)
+	}
+	return nil
+}
+
+// Close closes the statements and both connection pools. It is idempotent:
+// later calls return the first call's result. Every other method fails with
+// ErrUnavailable after Close.
+func (db *DB) Close() error {
+	db.closeOnce.Do(func() {
+		var errs []error
+		for _, s := range []*sql.Stmt{db.wDupe, db.wMembers, db.wChatExists, db.wInsertHistory,
+			db.wInsertOutbox, db.rPage, db.rScan, db.rHead} {
+			if s != nil {
+				errs = append(errs, s.Close())
+			}
+		}
+		if db.r != nil {
+			errs = append(errs, db.r.Close())
+		}
+		if db.w != nil {
+			errs = append(errs, db.w.Close())
+		}
+		db.closeErr = errors.Join(errs...)
+	})
+	return db.closeErr
+}
+
+// Config returns the configuration the store runs with, defaults filled in.
+func (db *DB) Config() Config { return db.cfg }
+
+// unavailable wraps a backend failure for the history.Store methods.
+func unavailable(op string, err error) error {
+	return fmt.Errorf("sqlite: %s: %w: %w", op, history.ErrUnavailable, err)
+}
+
+// logUnavailable wraps a backend failure for the outbox.Log methods.
+func logUnavailable(op string, err error) error {
+	return fmt.Errorf("sqlite: outbox %s: %w: %w", op, outbox.ErrUnavailable, err)
+}
+
+// isUniqueViolation reports whether err is a UNIQUE or PRIMARY KEY
+// constraint failure.
+func isUniqueViolation(err error) bool {
+	var se *sqlite.Error
+	if !errors.As(err, &se) {
+		return false
+	}
+	return se.Code() == sqlite3.SQLITE_CONSTRAINT_UNIQUE || se.Code() == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY
+}
+
+// rollback ends tx when it was not committed; after a Commit it is a no-op.
+func rollback(tx *sql.Tx) { _ = tx.Rollback() }
+
+// nanos converts t to the stored form: Unix nanoseconds.
+func nanos(t time.Time) int64 { return t.UnixNano() }
+
+// fromNanos converts a stored time back: UTC, nanoseconds kept.
+func fromNanos(n int64) time.Time { return time.Unix(0, n).UTC() }
+
+// newChatID mints a chat id: "c_" followed by a ULID.
+func newChatID() string { return "c_" + ulid.Make().String() }

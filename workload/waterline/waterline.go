@@ -1,0 +1,118 @@
+package waterline
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Sentinel errors.
+var (
+	// ErrUnknownClient: the client is not registered (never connected, or
+	// withdrawn). Nothing was recorded.
+	ErrUnknownClient = errors.New("waterline: unknown client")
+	// ErrUnavailable wraps failures to reach the backing server.
+	ErrUnavailable = errors.New("waterline: index unavailable")
+)
+
+// Client is one connection registered for live delivery.
+type Client struct {
+	// ID is the connection id: unique per connection and never reused.
+	ID     string
+	User   string
+	Device string
+	// Start holds, per partition, the outbox head when the client
+	// connected: rows at or below it are the client's to recover from
+	// history, not to be delivered live, and a rebuild does not pin them.
+	Start map[int32]int64
+}
+
+// Entry is one outbox row as sent to one client.
+type Entry struct {
+	MessageID string
+	Partition int32
+	Pos       int64
+}
+
+// Pending is an entry sent to a client and not yet acknowledged.
+type Pending struct {
+	ClientID string
+	Entry
+	// Attempts is how many times the entry was sent; 0 for an entry
+	// restored by a rebuild and not sent since.
+	Attempts int
+	// LeaseUntil is when the entry becomes due for re-delivery.
+	LeaseUntil time.Time
+}
+
+// State is the index's priming record.
+type State struct {
+	// Primed is true once a rebuild completed since the index was created
+	// or reset.
+	Primed bool
+	// Identity is the backing server's identity recorded by MarkPrimed.
+	Identity string
+}
+
+// Stats counts what the index holds.
+type Stats struct {
+	Clients int
+	Pending int
+}
+
+// Index is the waterline index. Every method is safe for concurrent use and
+// atomic with respect to the others for one client. Methods that take a
+// client id of a client that is not registered return ErrUnknownClient,
+// except Withdraw, which is idempotent.
+type Index interface {
+	// Connect registers a client with an empty pending set. Registering an
+	// id twice replaces the first registration's Start and keeps its
+	// pending set.
+	Connect(ctx context.Context, c Client) error
+	// Withdraw removes the client: its whole pending set, its count and
+	// its pin, in one step. It reports whether the client was registered.
+	Withdraw(ctx context.Context, clientID string) (bool, error)
+	// Sent records that entries were sent (again) to the client, each with
+	// a lease until leaseUntil: an entry not pending is added with Attempts
+	// 1; a pending one (matched by MessageID) gets Attempts+1 and the new
+	// lease, keeping its Pos. It returns the client's pending count after.
+	Sent(ctx context.Context, clientID string, entries []Entry, leaseUntil time.Time) (pending int, err error)
+	// Ack removes the given message ids from the client's pending set;
+	// ids that are not pending are ignored. It returns the pending count
+	// after.
+	Ack(ctx context.Context, clientID string, messageIDs []string) (pending int, err error)
+	// Expired returns up to limit pending entries, of the clients this
+	// Index value registered, whose lease ended at or before now, earliest
+	// lease first (equal leases: lowest Pos first). limit <= 0 returns
+	// nothing. It changes nothing.
+	Expired(ctx context.Context, now time.Time, limit int) ([]Pending, error)
+	// Hold pins partition at pos for holder (rows at or above pos are kept)
+	// until ttl passes without another Hold by the same holder; holds are
+	// per (holder, partition). pos < 0 releases the hold; otherwise ttl
+	// must be > 0.
+	Hold(ctx context.Context, holder string, partition int32, pos int64, ttl time.Duration) error
+	// SafeLine returns the minimum, for partition, over the pins of the
+	// registered clients (each client's lowest pending Pos) and the live
+	// holds. ok is false when nothing pins the partition. Rows with
+	// Pos < line may be deleted.
+	SafeLine(ctx context.Context, partition int32) (line int64, ok bool, err error)
+
+	// Clients lists the clients this Index value registered.
+	Clients(ctx context.Context) ([]Client, error)
+	// Restore adds entries to a registered client's pending set with
+	// Attempts 0 and an already expired lease, unless already pending. A
+	// rebuild uses it to pin what a full scan of the outbox found.
+	Restore(ctx context.Context, clientID string, entries []Entry) error
+	// Reset forgets every client, pending entry, hold and the primed flag.
+	Reset(ctx context.Context) error
+	// State returns the primed flag and the identity recorded with it.
+	State(ctx context.Context) (State, error)
+	// MarkPrimed sets the primed flag and records identity.
+	MarkPrimed(ctx context.Context, identity string) error
+	// Identity returns the backing server's current identity (for Redis,
+	// its run_id and master_replid). A change since MarkPrimed means the
+	// index may have lost writes and must be rebuilt.
+	Identity(ctx context.Context) (string, error)
+	// Stats counts clients and pending entries.
+	Stats(ctx context.Context) (Stats, error)
+}

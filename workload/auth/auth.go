@@ -88,35 +88,80 @@ func LoadSecret(env, dataDir string) ([]byte, error) {
 	return []byte(s), nil
 }
 
-// Issue mints a token for user. ttl <= 0 mints a token without exp.
+// ScopeAdmin is the scope claim of admin tokens: they open the /admin
+// endpoints and nothing else; user tokens never open them.
+const ScopeAdmin = "admin"
+
+// Claims are the verified claims of a token.
+type Claims struct {
+	jwt.RegisteredClaims
+	Scope string `json:"scope,omitempty"`
+}
+
+// Issue mints a user token for user. ttl <= 0 mints a token without exp.
 func (s *Signer) Issue(user string, ttl time.Duration) (string, error) {
+	return s.issue(user, "", ttl)
+}
+
+// IssueAdmin mints an admin token (scope "admin", sub "admin").
+func (s *Signer) IssueAdmin(ttl time.Duration) (string, error) {
+	return s.issue("admin", ScopeAdmin, ttl)
+}
+
+func (s *Signer) issue(user, scope string, ttl time.Duration) (string, error) {
 	if err := ValidUser(user); err != nil {
 		return "", err
 	}
 	claims := jwt.MapClaims{"sub": user, "iat": time.Now().Unix()}
+	if scope != "" {
+		claims["scope"] = scope
+	}
 	if ttl > 0 {
 		claims["exp"] = time.Now().Add(ttl).Unix()
 	}
 	return jwt.NewWithClaims(jwt.SigningMethodHS256, claims).SignedString(s.secret)
 }
 
-// Verify checks token and returns its sub. Every failure wraps
-// ErrInvalidToken.
+// Verify checks a user token and returns its sub. Admin tokens are refused
+// here. Every failure wraps ErrInvalidToken.
 func (s *Signer) Verify(token string) (string, error) {
-	if token == "" || len(token) > 4096 {
-		return "", fmt.Errorf("%w: missing or oversized", ErrInvalidToken)
+	c, err := s.parse(token)
+	if err != nil {
+		return "", err
 	}
-	var claims jwt.RegisteredClaims
+	if c.Scope != "" {
+		return "", fmt.Errorf("%w: not a user token", ErrInvalidToken)
+	}
+	return c.Subject, nil
+}
+
+// VerifyAdmin checks an admin token. Every failure wraps ErrInvalidToken.
+func (s *Signer) VerifyAdmin(token string) error {
+	c, err := s.parse(token)
+	if err != nil {
+		return err
+	}
+	if c.Scope != ScopeAdmin {
+		return fmt.Errorf("%w: not an admin token", ErrInvalidToken)
+	}
+	return nil
+}
+
+func (s *Signer) parse(token string) (*Claims, error) {
+	if token == "" || len(token) > 4096 {
+		return nil, fmt.Errorf("%w: missing or oversized", ErrInvalidToken)
+	}
+	var claims Claims
 	// exp is optional (PROTOCOL.md §1) and checked by the parser when present.
 	_, err := jwt.ParseWithClaims(token, &claims, func(*jwt.Token) (any, error) { return s.secret, nil },
 		jwt.WithValidMethods([]string{jwt.SigningMethodHS256.Alg()}))
 	if err != nil {
-		return "", fmt.Errorf("%w: %v", ErrInvalidToken, err)
+		return nil, fmt.Errorf("%w: %v", ErrInvalidToken, err)
 	}
 	if err := ValidUser(claims.Subject); err != nil {
-		return "", fmt.Errorf("%w: %v", ErrInvalidToken, err)
+		return nil, fmt.Errorf("%w: %v", ErrInvalidToken, err)
 	}
-	return claims.Subject, nil
+	return &claims, nil
 }
 
 // ValidUser checks a user id: 1..MaxUserLen bytes of UTF-8 without control

@@ -87,8 +87,8 @@ type Stats struct {
 	SendsAccepted   int64 // sends answered accepted
 	SendsRetried    int64 // send frames written again with the same correlationId
 	SendErrors      int64 // sends that returned an *Error
-	AckFrames       int64 // ack frames written
-	AckedIDs        int64 // message ids acknowledged
+	AckFrames       int64 // ack frames handed to the socket
+	AckedIDs        int64 // message ids in those frames
 	InFlight        int   // sends holding a maxInFlightSends slot now
 	DedupeRecent    int   // ids held in the recent ring (<= DedupeWindow)
 	DedupeUnsynced  int   // ids held beyond the per-chat cursors

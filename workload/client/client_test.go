@@ -54,12 +54,17 @@ func newRecorder() *recorder {
 
 func (r *recorder) config(fs *fakeServer, user string) Config {
 	return Config{
-		URL:        fs.srv.URL,
-		Token:      token(user),
-		OnMessage:  func(m protocol.Message) { r.msgs <- m },
-		OnState:    func(s StateChange) { r.states <- s },
-		OnRead:     func(rd protocol.Read) { r.reads <- rd },
-		OnError:    func(err error) { select { case r.errs <- err: default: } },
+		URL:       fs.srv.URL,
+		Token:     token(user),
+		OnMessage: func(m protocol.Message) { r.msgs <- m },
+		OnState:   func(s StateChange) { r.states <- s },
+		OnRead:    func(rd protocol.Read) { r.reads <- rd },
+		OnError: func(err error) {
+			select {
+			case r.errs <- err:
+			default:
+			}
+		},
 		BackoffMin: 5 * time.Millisecond,
 		BackoffMax: 50 * time.Millisecond,
 	}
@@ -519,12 +524,43 @@ func TestResendSameCorrelationIDAfterDrop(t *testing.T) {
 			}
 			// The own message comes back in history after the reconnect
 			// but is not reported: the client knows it sent it.
-			for sc := range r.states { t.Logf("state %v code %d err %v", sc.State, sc.CloseCode, sc.Err); if len(r.states) == 0 { break } }
-			r.waitState(t, StateSynced) // first connection
-			r.waitState(t, StateSynced) // after the reconnect
+			// (The first connection may drop before its sync completes.)
+			for r.waitState(t, StateSynced); c.Stats().Connects < 2; r.waitState(t, StateSynced) {
+			}
 			r.noMessage(t)
 		})
 	}
+}
+
+// When the answer is lost with the connection and the resend is never
+// answered, the history sync that follows the reconnect proves the commit:
+// Send returns it, and OnMessage does not report the client's own message.
+func TestSendCompletedByHistory(t *testing.T) {
+	fs := newFakeServer(t)
+	fs.addChat("c1", "alice", "bob")
+	never := make(chan struct{})
+	t.Cleanup(func() { close(never) })
+	fs.onSend = func(ev sendEvent) sendReply {
+		if ev.n == 1 {
+			return sendReply{drop: true, store: true}
+		}
+		return sendReply{hold: never}
+	}
+	r := newRecorder()
+	c := dial(t, r.config(fs, "alice"))
+	acc, err := c.SendWithID(context.Background(), "c1", "key-1", "hello")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs.mu.Lock()
+	stored := fs.chats["c1"].msgs[0]
+	fs.mu.Unlock()
+	if acc.MessageID != stored.MessageID || acc.CorrelationID != "key-1" || acc.ChatID != "c1" {
+		t.Fatalf("accepted %+v, stored %+v", acc, stored)
+	}
+	for r.waitState(t, StateSynced); c.Stats().Connects < 2; r.waitState(t, StateSynced) {
+	}
+	r.noMessage(t)
 }
 
 // A send waiting for the connection survives a reconnect and ends with

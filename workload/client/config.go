@@ -157,9 +157,11 @@ type Config struct {
 	MaxUnsyncedPerChat int
 
 	// PingInterval, when positive, sends {"type":"ping"} at this interval and
-	// drops the connection (and reconnects) when nothing at all was received
-	// for two intervals. Default 0: no application pings (the server's
-	// WebSocket pings are answered automatically).
+	// drops the connection (and reconnects) when nothing at all (frame,
+	// pong or WebSocket ping) was received for three intervals: dead-peer
+	// detection. Default 0: no application pings and no such check; the
+	// server's WebSocket pings are answered automatically, the server closes
+	// idle connections (4004), and TCP keep-alive ends dead ones.
 	PingInterval time.Duration
 
 	// HandshakeTimeout bounds one connection attempt: the upgrade and the

@@ -172,17 +172,14 @@ func (cn *conn) writeLoop() {
 	defer ackTimer.Stop()
 	armed := false
 
-	// Liveness: nothing received (frame or WebSocket ping) for readTimeout
-	// means a dead peer. The server pings every pingIntervalMs; our own
-	// application pings elicit pongs.
+	// Liveness (only with Config.PingInterval): our application pings
+	// elicit pongs, so nothing received (frame or WebSocket ping) for three
+	// intervals means a dead peer. It is not derived from hello's
+	// pingIntervalMs: the server may retune its pings live, and a client
+	// that timed out on the old value would drop healthy connections.
 	var readTimeout, period time.Duration
-	if ms := cn.hello.Limits.PingIntervalMs; ms > 0 {
-		readTimeout = 3 * time.Duration(ms) * time.Millisecond
-		period = readTimeout / 3
-	}
 	if p := cfg.PingInterval; p > 0 {
-		readTimeout = max(readTimeout, 3*p)
-		period = p
+		readTimeout, period = 3*p, p
 	}
 	var tick <-chan time.Time
 	if period > 0 {
@@ -296,11 +293,11 @@ func (cn *conn) writeAcks(ids []string) error {
 	for len(ids) > 0 {
 		n := min(len(ids), cn.c.cfg.AckBatch)
 		b := protocol.Encode(protocol.Ack{Type: protocol.TypeAck, MessageIDs: ids[:n]})
+		cn.c.st.ackFrames.Add(1)
+		cn.c.st.ackedIDs.Add(int64(n))
 		if err := cn.write(b); err != nil {
 			return err
 		}
-		cn.c.st.ackFrames.Add(1)
-		cn.c.st.ackedIDs.Add(int64(n))
 		ids = ids[n:]
 	}
 	return nil

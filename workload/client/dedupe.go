@@ -4,6 +4,8 @@ import (
 	"maps"
 	"slices"
 	"sync"
+
+	"github.com/tetra-messenger/tetra/workload/protocol"
 )
 
 // dedupe remembers which messageIds were already reported and, per chat,
@@ -33,6 +35,15 @@ type dedupe struct {
 	next        int // next slot of ring to overwrite once it is full
 	recent      map[string]struct{}
 	chats       map[string]*chatState
+	sending     map[string]*ownSend // correlationId -> sends of this client waiting for an answer
+}
+
+// ownSend is a send of this client still waiting for its answer. A history
+// sync that finds the message (the answer was lost with a connection) hands
+// it over instead of reporting it to OnMessage.
+type ownSend struct {
+	waiters int
+	found   chan protocol.Message // capacity 1
 }
 
 type chatState struct {
@@ -48,6 +59,7 @@ func newDedupe(window, maxUnsynced int, cursors map[string]string) *dedupe {
 		maxUnsynced: maxUnsynced,
 		recent:      make(map[string]struct{}),
 		chats:       make(map[string]*chatState),
+		sending:     make(map[string]*ownSend),
 	}
 	for chat, cur := range cursors {
 		d.chats[chat] = &chatState{cursor: cur}
@@ -218,4 +230,46 @@ func (d *dedupe) sizes() (recent, unsynced int) {
 		unsynced += len(cs.unsynced)
 	}
 	return len(d.recent), unsynced
+}
+
+// beginSend registers a send of this client under correlationID until
+// endSend; the returned channel yields the message if a history sync finds
+// it first.
+func (d *dedupe) beginSend(correlationID string) <-chan protocol.Message {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	os := d.sending[correlationID]
+	if os == nil {
+		os = &ownSend{found: make(chan protocol.Message, 1)}
+		d.sending[correlationID] = os
+	}
+	os.waiters++
+	return os.found
+}
+
+func (d *dedupe) endSend(correlationID string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if os := d.sending[correlationID]; os != nil {
+		if os.waiters--; os.waiters == 0 {
+			delete(d.sending, correlationID)
+		}
+	}
+}
+
+// foundOwn hands m, found by a history sync, to the send of this client
+// waiting for it, if any, and reports whether there was one. m is then
+// recorded as seen rather than reported.
+func (d *dedupe) foundOwn(m protocol.Message) bool {
+	d.mu.Lock()
+	os := d.sending[m.CorrelationID]
+	d.mu.Unlock()
+	if os == nil {
+		return false
+	}
+	select {
+	case os.found <- m:
+	default: // already handed over
+	}
+	return true
 }

@@ -8,7 +8,7 @@
 // (and token= in the query with Config.TokenInQuery), reads the hello
 // frame first and exposes it (Hello, Limits). From then on the client keeps
 // itself connected: on any close — 4002, 4003, 4004, 1001, a network error,
-// a write timeout, or nothing received for three ping intervals — it
+// a write timeout, or (with Config.PingInterval) silence — it
 // reconnects with exponential backoff and jitter (Config.BackoffMin,
 // BackoffMax; 100 ms to 5 s by default). Two closes stop it instead: 4001,
 // because another connection of the same (user, device) took over and

@@ -25,7 +25,9 @@ func NewCorrelationID() string { return ulid.Make().String() }
 // idempotency key, and waits for its answer:
 //
 //   - accepted: returned. The message counts as seen: it will not be
-//     reported to OnMessage when history returns it.
+//     reported to OnMessage when history returns it. If a history sync
+//     finds the message while the send still waits (its answer was lost
+//     with a connection), SendWithID returns an Accepted built from it.
 //   - connection lost before the answer: the same frame, with the same
 //     correlationID, is sent again on the next connection, until ctx ends.
 //     The server answers a repeated key with the original messageId, so a
@@ -69,6 +71,8 @@ func (c *Client) SendWithID(ctx context.Context, chatID, correlationID, body str
 		return zero, c.stopErr(err)
 	}
 	defer c.sem.release()
+	found := c.dd.beginSend(correlationID)
+	defer c.dd.endSend(correlationID)
 
 	frame := protocol.Encode(protocol.Send{
 		Type: protocol.TypeSend, ChatID: chatID, CorrelationID: correlationID, Body: body,
@@ -110,6 +114,14 @@ func (c *Client) SendWithID(ctx context.Context, chatID, correlationID, body str
 			default:
 				continue // resend on the next connection
 			}
+		case m := <-found:
+			// A history sync found the message: it is committed, and the
+			// answer was lost with an earlier connection.
+			cn.unregister(correlationID, ca)
+			a = answer{acc: protocol.Accepted{
+				Type: protocol.TypeAccepted, CorrelationID: correlationID,
+				MessageID: m.MessageID, ChatID: m.ChatID, SentAt: m.SentAt,
+			}}
 		case <-ctx.Done():
 			cn.unregister(correlationID, ca)
 			return zero, ctx.Err()

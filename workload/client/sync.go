@@ -69,6 +69,7 @@ func (c *Client) listChats(ctx context.Context) ([]string, error) {
 // syncChat pages chat's history from its cursor to the end, reporting new
 // messages and advancing the cursor page by page.
 func (c *Client) syncChat(ctx context.Context, chat string) error {
+	self := c.Hello().UserID
 	since, epoch := c.dd.beginSync(chat)
 	complete := false
 	defer func() { c.dd.endSync(chat, epoch, complete) }()
@@ -87,7 +88,11 @@ func (c *Client) syncChat(ctx context.Context, chat string) error {
 			if m.ChatID == "" {
 				m.ChatID = chat
 			}
-			if c.dd.seenHistory(chat, m.MessageID) {
+			isNew := c.dd.seenHistory(chat, m.MessageID)
+			if isNew && m.SenderID == self && m.CorrelationID != "" && c.dd.foundOwn(m) {
+				isNew = false // a send of ours whose answer is pending: Send reports it
+			}
+			if isNew {
 				c.st.delivered.Add(1)
 				c.st.fromHistory.Add(1)
 				c.deliver(m)

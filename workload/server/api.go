@@ -52,6 +52,8 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("POST /api/chats/{chatId}/members", s.authed(s.handleAddMember))
 	mux.HandleFunc("GET /api/chats/{chatId}/messages", s.authed(s.handleMessages))
 	mux.HandleFunc("GET /ws", s.handleWS)
+	mux.HandleFunc("GET /admin/stats", s.adminOnly(s.handleAdminStats))
+	mux.HandleFunc("POST /admin/rebuild", s.adminOnly(s.handleAdminRebuild))
 	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, protocol.CodeNotFound, "no such endpoint: "+r.Method+" "+r.URL.Path)
 	})

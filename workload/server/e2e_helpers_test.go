@@ -7,15 +7,19 @@ package server_test
 // itself, byte for byte.
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/base64"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"slices"
@@ -520,7 +524,6 @@ type dialOpts struct {
 	device string // "" sends no device parameter (the server's default)
 	query  bool   // token in ?token= instead of the Authorization header
 	token  string // overrides the user's valid token
-	noRead bool   // do not read (so no pongs) until startReading
 	noSync bool   // skip the ping/pong barrier after hello
 }
 
@@ -530,7 +533,9 @@ type dialError struct {
 	err    error
 }
 
-func (d *dialError) Error() string { return fmt.Sprintf("upgrade refused with HTTP %d: %v", d.status, d.err) }
+func (d *dialError) Error() string {
+	return fmt.Sprintf("upgrade refused with HTTP %d: %v", d.status, d.err)
+}
 
 // wsURL is the /ws URL of the server with the given query.
 func (e *env) wsURL(q url.Values) string {
@@ -589,9 +594,6 @@ func (e *env) dialE(user string, o dialOpts) (*wsClient, error) {
 		cancel()
 		conn.CloseNow()
 	})
-	if o.noRead {
-		return c, nil
-	}
 	c.startReading()
 	f, err := c.nextE(nil, waitLong)
 	if err != nil {
@@ -610,7 +612,7 @@ func (e *env) dialE(user string, o dialOpts) (*wsClient, error) {
 }
 
 // startReading starts the reader goroutine (once). coder/websocket answers
-// pings only while Read runs, so a client that does not read sends no pong.
+// pings only while Read runs; the reader always runs, so pings are answered.
 func (c *wsClient) startReading() {
 	c.started.Do(func() {
 		go func() {
@@ -875,4 +877,90 @@ func (c *wsClient) close() {
 func isDialStatus(err error, status int) bool {
 	var de *dialError
 	return errors.As(err, &de) && de.status == status
+}
+
+// rawConn is a WebSocket client on a bare TCP connection: after the
+// handshake it reads nothing until asked, so it answers no ping, and it
+// then parses the server's frames itself (a library client would try to
+// answer the queued pings first and fail on the closed socket).
+type rawConn struct {
+	conn net.Conn
+	br   *bufio.Reader
+}
+
+// dialRaw opens /ws for user over a bare TCP connection.
+func (e *env) dialRaw(user string) *rawConn {
+	e.t.Helper()
+	u, err := url.Parse(e.srv.URL())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	conn, err := net.DialTimeout("tcp", u.Host, waitLong)
+	if err != nil {
+		e.t.Fatalf("dial %s: %v", u.Host, err)
+	}
+	e.t.Cleanup(func() { conn.Close() })
+	key := make([]byte, 16)
+	_, _ = rand.Read(key)
+	req := "GET /ws HTTP/1.1\r\nHost: " + u.Host + "\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n" +
+		"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: " + base64.StdEncoding.EncodeToString(key) + "\r\n" +
+		"Authorization: Bearer " + e.token(user) + "\r\n\r\n"
+	_ = conn.SetDeadline(time.Now().Add(waitLong))
+	if _, err := io.WriteString(conn, req); err != nil {
+		e.t.Fatalf("raw handshake: %v", err)
+	}
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		e.t.Fatalf("raw handshake: %v", err)
+	}
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		e.t.Fatalf("raw handshake: HTTP %d", resp.StatusCode)
+	}
+	_ = conn.SetDeadline(time.Time{})
+	return &rawConn{conn: conn, br: br}
+}
+
+// readUntilClose reads the server's frames up to its close frame and
+// returns the text messages before it and the close code (-1: the socket
+// ended without a close frame). Fragmented messages are not expected.
+func (r *rawConn) readUntilClose(timeout time.Duration) (texts []string, code int, err error) {
+	_ = r.conn.SetReadDeadline(time.Now().Add(timeout))
+	for {
+		var h [2]byte
+		if _, err := io.ReadFull(r.br, h[:]); err != nil {
+			return texts, -1, err
+		}
+		op, n := h[0]&0x0f, uint64(h[1]&0x7f)
+		switch n {
+		case 126:
+			var b [2]byte
+			if _, err := io.ReadFull(r.br, b[:]); err != nil {
+				return texts, -1, err
+			}
+			n = uint64(binary.BigEndian.Uint16(b[:]))
+		case 127:
+			var b [8]byte
+			if _, err := io.ReadFull(r.br, b[:]); err != nil {
+				return texts, -1, err
+			}
+			n = binary.BigEndian.Uint64(b[:])
+		}
+		if h[1]&0x80 != 0 || n > 1<<20 {
+			return texts, -1, fmt.Errorf("unexpected frame header %x (length %d)", h, n)
+		}
+		payload := make([]byte, n)
+		if _, err := io.ReadFull(r.br, payload); err != nil {
+			return texts, -1, err
+		}
+		switch op {
+		case 0x1:
+			texts = append(texts, string(payload))
+		case 0x8:
+			if len(payload) < 2 {
+				return texts, 1005, nil
+			}
+			return texts, int(binary.BigEndian.Uint16(payload)), nil
+		}
+	}
 }

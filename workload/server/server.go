@@ -65,6 +65,11 @@ type Config struct {
 	ShutdownGrace time.Duration
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
+	// WrapStore, when set, wraps the history store after it is opened. It
+	// exists for fault injection in tests (for example a store that
+	// "accepts" without writing, which the load generator's
+	// reconciliation must catch); production leaves it nil.
+	WrapStore func(history.Store) history.Store
 }
 
 // DefaultConfig returns the embedded default configuration.
@@ -198,6 +203,9 @@ func (s *Server) openStores(ctx context.Context) error {
 		return fmt.Errorf("server: index %q: supported: memory (default)", redact(s.cfg.Index))
 	}
 	s.store, s.outbox, s.closer = db, db, db.Close
+	if s.cfg.WrapStore != nil {
+		s.store = s.cfg.WrapStore(s.store)
+	}
 	return nil
 }
 

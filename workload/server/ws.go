@@ -267,9 +267,14 @@ func (c *session) pinger(ctx context.Context) {
 func (c *session) reader(ctx context.Context) {
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// Cancelling a Read closes the socket at once (coder/websocket), so the
+	// reader must not stop on Close: that would race the writer's flush and
+	// close frame, and clients would see the socket drop without the close
+	// code. It keeps reading (and drops frames) until the writer is done;
+	// the writer's close handshake ends the Read.
 	go func() {
 		select {
-		case <-c.closing:
+		case <-c.writerGone:
 			cancel()
 		case <-rctx.Done():
 		}
@@ -278,6 +283,11 @@ func (c *session) reader(ctx context.Context) {
 		typ, data, err := c.ws.Read(rctx)
 		if err != nil {
 			return
+		}
+		select {
+		case <-c.closing:
+			continue // closing: nothing more is handled or answered
+		default:
 		}
 		c.srv.engine.Touch(c.member)
 		if typ != websocket.MessageText {

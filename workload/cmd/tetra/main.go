@@ -189,14 +189,15 @@ func token(args []string, stdout, stderr io.Writer) error {
 	user := fs.String("user", "", "user id (the token's sub); required")
 	dataDir := fs.String("data", "./data", "data directory whose persisted secret signs the token (ignored when TETRA_JWT_SECRET is set)")
 	ttl := fs.Duration("ttl", 0, "token lifetime (0: no exp)")
+	admin := fs.Bool("admin", false, "mint an admin token (for /admin endpoints) instead of a user token")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if err := envDefaults(fs); err != nil {
 		return err
 	}
-	if *user == "" {
-		return errors.New("--user is required")
+	if *user == "" && !*admin {
+		return errors.New("--user is required (or --admin)")
 	}
 	secret, err := auth.LoadSecret(os.Getenv("TETRA_JWT_SECRET"), *dataDir)
 	if err != nil {
@@ -206,7 +207,12 @@ func token(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	tok, err := signer.Issue(*user, *ttl)
+	var tok string
+	if *admin {
+		tok, err = signer.IssueAdmin(*ttl)
+	} else {
+		tok, err = signer.Issue(*user, *ttl)
+	}
 	if err != nil {
 		return err
 	}

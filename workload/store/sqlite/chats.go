@@ -317,6 +317,10 @@ func (db *DB) AddMember(ctx context.Context, chatID, by, user string) (history.C
 	if _, err := tx.ExecContext(ctx, `INSERT INTO members (chat_id, user_id) VALUES (?, ?)`, chatID, user); err != nil {
 		return history.Chat{}, unavailable("add member", err)
 	}
+	// Invalidates every process's cache of member lists (see Commit).
+	if _, err := tx.ExecContext(ctx, `UPDATE membership_epoch SET epoch = epoch + 1 WHERE id = 1`); err != nil {
+		return history.Chat{}, unavailable("add member", err)
+	}
 	if err := commitTx(tx, "add member"); err != nil {
 		return history.Chat{}, err
 	}

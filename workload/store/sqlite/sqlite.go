@@ -45,9 +45,12 @@ type DB struct {
 
 	// Writer statements, bound to the writer's one connection and reused by
 	// every transaction through Tx.StmtContext.
-	wDupe, wMembers, wChatExists, wInsertHistory, wInsertOutbox *sql.Stmt
+	wDupe, wMembers, wChatExists, wEpoch, wInsertHistory, wInsertOutbox *sql.Stmt
 	// Reader statements, prepared per pooled connection on first use.
 	rPage, rScan, rHead *sql.Stmt
+
+	// cache holds member lists for Commit, valid for one membership epoch.
+	cache memberCache
 
 	closeOnce sync.Once
 	closeErr  error
@@ -149,9 +152,11 @@ func (db *DB) prepare(ctx context.Context) error {
 		FROM history WHERE sender_id = ? AND correlation_id = ?`)
 	prep(db.w, &db.wMembers, `SELECT user_id FROM members WHERE chat_id = ? ORDER BY user_id`)
 	prep(db.w, &db.wChatExists, `SELECT 1 FROM chats WHERE id = ?`)
+	prep(db.w, &db.wEpoch, `SELECT epoch FROM membership_epoch WHERE id = 1`)
 	prep(db.w, &db.wInsertHistory, `INSERT INTO history
 		(message_id, chat_id, sender_id, sender_device, correlation_id, body, sent_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?)`)
+		VALUES (?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT (sender_id, correlation_id) DO NOTHING`)
 	prep(db.w, &db.wInsertOutbox, `INSERT INTO outbox (recipient, history_id, created_at) VALUES (?, ?, ?)`)
 	prep(db.r, &db.rPage, pageQuery)
 	prep(db.r, &db.rScan, scanQuery)
@@ -178,7 +183,7 @@ func (db *DB) Ping(ctx context.Context) error {
 func (db *DB) Close() error {
 	db.closeOnce.Do(func() {
 		var errs []error
-		for _, s := range []*sql.Stmt{db.wDupe, db.wMembers, db.wChatExists, db.wInsertHistory,
+		for _, s := range []*sql.Stmt{db.wDupe, db.wMembers, db.wChatExists, db.wEpoch, db.wInsertHistory,
 			db.wInsertOutbox, db.rPage, db.rScan, db.rHead} {
 			if s != nil {
 				errs = append(errs, s.Close())

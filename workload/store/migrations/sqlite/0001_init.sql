@@ -28,6 +28,16 @@ CREATE TABLE members (
 ) WITHOUT ROWID;
 CREATE INDEX members_user ON members (user_id, chat_id);
 
+-- Bumped by every member added to an existing chat, in the same
+-- transaction. Commit keeps an in-process cache of member lists and drops
+-- it when the epoch it reads inside its write transaction has moved, so the
+-- cache is never stale, even with several processes on one file.
+CREATE TABLE membership_epoch (
+    id    INTEGER PRIMARY KEY CHECK (id = 1),
+    epoch INTEGER NOT NULL
+);
+INSERT INTO membership_epoch (id, epoch) VALUES (1, 0);
+
 -- history.id is the durable commit sequence (history.Message.Seq).
 CREATE TABLE history (
     id             INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -66,6 +76,7 @@ CREATE TABLE reads (
 DROP TABLE reads;
 DROP TABLE outbox;
 DROP TABLE history;
+DROP TABLE membership_epoch;
 DROP TABLE members;
 DROP TABLE direct_pairs;
 DROP TABLE chats;

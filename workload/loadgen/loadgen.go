@@ -1,0 +1,628 @@
+package loadgen
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tetra-messenger/tetra/workload/auth"
+	"github.com/tetra-messenger/tetra/workload/client"
+	"github.com/tetra-messenger/tetra/workload/protocol"
+	"github.com/tetra-messenger/tetra/workload/server"
+)
+
+// Config configures a load run. Zero fields take the defaults in
+// DefaultConfig.
+type Config struct {
+	// URL targets a running server; empty starts one (see InProcess).
+	URL string
+	// Secret is the target server's TETRA_JWT_SECRET, needed with URL to
+	// mint client and admin tokens.
+	Secret string
+	// InProcess starts the server inside this process instead of as a
+	// child process; the report then has no server RSS or CPU.
+	InProcess bool
+	// Server is the configuration of the server the run starts (its
+	// tuning is passed as flags to a child process). Addr and DataDir are
+	// chosen by the run.
+	Server server.Config
+	// Clients is the number of WebSocket clients (users), default 200.
+	Clients int
+	// GroupSize: 2 pairs the clients in direct chats (default); larger
+	// values put them in group chats of that many members.
+	GroupSize int
+	// Rate is the total send rate in messages per second, default 500.
+	Rate float64
+	// Duration of the send phase, default 20 s.
+	Duration time.Duration
+	// Drain is the longest wait after the send phase for deliveries and
+	// for the outbox to empty, default 30 s.
+	Drain time.Duration
+	// BodyBytes is the size of each message body, default 64.
+	BodyBytes int
+	// Progress receives a progress line every second; nil for none.
+	Progress io.Writer
+	// Logger for the in-process server and diagnostics; default discards.
+	Logger *slog.Logger
+}
+
+// DefaultConfig is the issue's acceptance run: 200 clients in pairs at
+// 500 msg/s for 20 s.
+func DefaultConfig() Config {
+	return Config{Server: server.DefaultConfig(), Clients: 200, GroupSize: 2, Rate: 500,
+		Duration: 20 * time.Second, Drain: 30 * time.Second, BodyBytes: 64}
+}
+
+func (c *Config) validate() error {
+	switch {
+	case c.Clients < 2:
+		return fmt.Errorf("clients must be >= 2, got %d", c.Clients)
+	case c.GroupSize < 2 || c.GroupSize > c.Clients:
+		return fmt.Errorf("group size must be between 2 and clients (%d), got %d", c.Clients, c.GroupSize)
+	case c.Rate <= 0:
+		return fmt.Errorf("rate must be > 0, got %v", c.Rate)
+	case c.Duration <= 0:
+		return fmt.Errorf("duration must be > 0, got %v", c.Duration)
+	case c.BodyBytes < 24:
+		return fmt.Errorf("body bytes must be >= 24 (the timestamp it carries), got %d", c.BodyBytes)
+	case c.URL != "" && c.Secret == "":
+		return errors.New("a run against --url needs the server's TETRA_JWT_SECRET to mint tokens")
+	}
+	if c.Drain <= 0 {
+		c.Drain = 30 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return nil
+}
+
+// Report is the outcome of a run. Counts are messages unless named pairs
+// (a message times one of its recipients).
+type Report struct {
+	Clients, GroupSize int
+	TargetRate         float64
+	Duration           time.Duration
+	Sent               int64            // send calls made
+	Accepted           int64            // answered accepted
+	SendErrors         map[string]int64 // sends that ended in an error, by code
+	AchievedRate       float64          // accepted per second of the send phase
+	Expected           int64            // pairs: accepted x (group size - 1)
+	Received           int64            // pairs the recipients' clients reported (live or their own history syncs)
+	RecoveredAtEnd     int64            // pairs missing at the end but found in the recipient's history
+	Lost               int64            // pairs in neither: must be 0
+	Frames             int64            // message frames received, duplicates included
+	DeliveriesPerAcc   float64          // Frames / Expected
+	Duplicates         int64            // frames dropped by the clients as already seen
+	Reconnects         int64
+	LatencyP50         time.Duration // send call to first report at the recipient
+	LatencyP99         time.Duration
+	LatencyP999        time.Duration
+	LatencyMax         time.Duration
+	OutboxPeak         int64 // -1 when unknown
+	OutboxFinal        int64 // -1 when unknown
+	ServerPeakRSS      int64 // bytes; 0 when unknown
+	ServerCPUSeconds   float64
+	Withdrawals        map[string]int64
+}
+
+// OK reports whether the run lost nothing.
+func (r *Report) OK() bool { return r.Lost == 0 }
+
+// String renders the report as aligned lines.
+func (r *Report) String() string {
+	var b strings.Builder
+	p := func(k string, v any) { fmt.Fprintf(&b, "%-24s %v\n", k, v) }
+	p("clients", fmt.Sprintf("%d (group size %d)", r.Clients, r.GroupSize))
+	p("target rate", fmt.Sprintf("%.0f msg/s for %v", r.TargetRate, r.Duration))
+	p("sent", r.Sent)
+	p("accepted", fmt.Sprintf("%d (%.0f msg/s)", r.Accepted, r.AchievedRate))
+	if len(r.SendErrors) > 0 {
+		p("send errors", r.SendErrors)
+	}
+	p("expected deliveries", r.Expected)
+	p("received", r.Received)
+	p("recovered at end", r.RecoveredAtEnd)
+	p("lost", r.Lost)
+	p("frames", r.Frames)
+	p("deliveries/accepted", fmt.Sprintf("%.3f", r.DeliveriesPerAcc))
+	p("duplicates", r.Duplicates)
+	p("reconnects", r.Reconnects)
+	p("latency p50/p99/p99.9", fmt.Sprintf("%v / %v / %v", r.LatencyP50.Round(time.Microsecond*100), r.LatencyP99.Round(time.Microsecond*100), r.LatencyP999.Round(time.Microsecond*100)))
+	p("latency max", r.LatencyMax.Round(time.Millisecond))
+	if r.OutboxPeak >= 0 {
+		p("outbox peak / final", fmt.Sprintf("%d / %d", r.OutboxPeak, r.OutboxFinal))
+	}
+	if len(r.Withdrawals) > 0 {
+		p("withdrawals", r.Withdrawals)
+	}
+	if r.ServerPeakRSS > 0 {
+		p("server peak RSS", fmt.Sprintf("%.1f MiB", float64(r.ServerPeakRSS)/(1<<20)))
+		p("server CPU", fmt.Sprintf("%.1f s", r.ServerCPUSeconds))
+	}
+	verdict := "OK: 0 lost"
+	if !r.OK() {
+		verdict = fmt.Sprintf("FAIL: %d lost", r.Lost)
+	}
+	p("verdict", verdict)
+	return b.String()
+}
+
+type accepted struct {
+	chat   string
+	sender int
+}
+
+type member struct {
+	idx  int
+	user string
+	c    *client.Client
+	chat string
+	mu   sync.Mutex
+	got  map[string]struct{}
+}
+
+type run struct {
+	cfg     Config
+	target  target
+	members []*member
+	chats   map[string][]int // chat -> member indexes
+
+	accMu sync.Mutex
+	acc   map[string]accepted
+
+	latMu sync.Mutex
+	lat   []time.Duration
+
+	sent      atomic.Int64
+	errMu     sync.Mutex
+	errs      map[string]int64
+	outboxMax atomic.Int64
+}
+
+// Run performs one load run and returns its report. The error is about the
+// run itself (the server would not start, clients could not connect); a run
+// that lost messages returns a report with Lost > 0 and no error.
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("loadgen: %w", err)
+	}
+	r := &run{cfg: cfg, acc: map[string]accepted{}, errs: map[string]int64{}, chats: map[string][]int{}}
+	r.outboxMax.Store(-1)
+	t, err := startTarget(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	r.target = t
+	defer t.stop()
+	if err := r.connect(ctx); err != nil {
+		r.closeClients()
+		return nil, err
+	}
+	rep := r.drive(ctx)
+	r.closeClients()
+	t.finish(rep)
+	return rep, nil
+}
+
+func randomSecret() string {
+	b := make([]byte, 32)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func (r *run) connect(ctx context.Context) error {
+	n := r.cfg.Clients
+	signer := r.target.signer()
+	r.members = make([]*member, n)
+	for i := 0; i < n; i++ {
+		m := &member{idx: i, user: fmt.Sprintf("lg-%05d", i), got: map[string]struct{}{}}
+		tok, err := signer.Issue(m.user, 0)
+		if err != nil {
+			return err
+		}
+		m.c, err = client.New(client.Config{
+			URL: r.target.url(), Token: tok,
+			OnMessage:  func(msg protocol.Message) { r.onMessage(m, msg) },
+			BackoffMin: 50 * time.Millisecond, BackoffMax: 2 * time.Second,
+		})
+		if err != nil {
+			return err
+		}
+		r.members[i] = m
+		go func() { _ = m.c.Run(ctx) }()
+	}
+	// Chats: consecutive clients share one.
+	g := r.cfg.GroupSize
+	for start := 0; start+1 < n; start += g {
+		end := min(start+g, n)
+		if end-start < 2 {
+			break
+		}
+		owner := r.members[start]
+		var chatID string
+		if g == 2 {
+			chat, err := owner.c.CreateDirect(ctx, r.members[start+1].user)
+			if err != nil {
+				return fmt.Errorf("loadgen: create chat: %w", err)
+			}
+			chatID = chat.ChatID
+		} else {
+			var users []string
+			for i := start + 1; i < end; i++ {
+				users = append(users, r.members[i].user)
+			}
+			chat, err := owner.c.CreateGroup(ctx, fmt.Sprintf("load group %d", start/g), users)
+			if err != nil {
+				return fmt.Errorf("loadgen: create group: %w", err)
+			}
+			chatID = chat.ChatID
+		}
+		for i := start; i < end; i++ {
+			r.members[i].chat = chatID
+			r.chats[chatID] = append(r.chats[chatID], i)
+		}
+	}
+	wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	for _, m := range r.members {
+		if err := m.c.WaitConnected(wctx); err != nil {
+			return fmt.Errorf("loadgen: client %s did not connect: %w", m.user, err)
+		}
+	}
+	return nil
+}
+
+func (r *run) onMessage(m *member, msg protocol.Message) {
+	m.mu.Lock()
+	m.got[msg.MessageID] = struct{}{}
+	m.mu.Unlock()
+	if i := strings.IndexByte(msg.Body, '|'); i > 0 {
+		if ns, err := strconv.ParseInt(msg.Body[:i], 10, 64); err == nil {
+			d := time.Duration(time.Now().UnixNano() - ns)
+			r.latMu.Lock()
+			r.lat = append(r.lat, d)
+			r.latMu.Unlock()
+		}
+	}
+}
+
+func (r *run) closeClients() {
+	var wg sync.WaitGroup
+	for _, m := range r.members {
+		if m != nil && m.c != nil {
+			wg.Add(1)
+			go func() { defer wg.Done(); _ = m.c.Close() }()
+		}
+	}
+	wg.Wait()
+}
+
+func (r *run) drive(ctx context.Context) *Report {
+	cfg := r.cfg
+	start := time.Now()
+	sendCtx, stopSending := context.WithTimeout(ctx, cfg.Duration)
+	defer stopSending()
+	var senders sync.WaitGroup
+	var inflight sync.WaitGroup
+	pad := strings.Repeat("x", cfg.BodyBytes)
+	interval := time.Duration(float64(time.Second) * float64(cfg.Clients) / cfg.Rate)
+	for _, m := range r.members {
+		if m.chat == "" {
+			continue
+		}
+		senders.Add(1)
+		go func() {
+			defer senders.Done()
+			// Spread the clients' phases over one interval.
+			offset := time.Duration(int64(interval) * int64(m.idx) / int64(cfg.Clients))
+			select {
+			case <-sendCtx.Done():
+				return
+			case <-time.After(offset):
+			}
+			tick := time.NewTicker(interval)
+			defer tick.Stop()
+			seq := 0
+			for {
+				seq++
+				corr := fmt.Sprintf("%s-%d", m.user, seq)
+				inflight.Add(1)
+				r.sent.Add(1)
+				go func() {
+					defer inflight.Done()
+					ts := strconv.FormatInt(time.Now().UnixNano(), 10)
+					body := ts + "|" + pad[:cfg.BodyBytes-len(ts)-1]
+					// Sends are retried by the client (same correlationId)
+					// until accepted or the drain ends.
+					sctx, cancel := context.WithTimeout(ctx, cfg.Duration+cfg.Drain)
+					defer cancel()
+					acc, err := m.c.SendWithID(sctx, m.chat, corr, body)
+					if err != nil {
+						r.errMu.Lock()
+						r.errs[client.CodeOf(err)]++
+						r.errMu.Unlock()
+						return
+					}
+					r.accMu.Lock()
+					r.acc[acc.MessageID] = accepted{chat: m.chat, sender: m.idx}
+					r.accMu.Unlock()
+				}()
+				select {
+				case <-sendCtx.Done():
+					return
+				case <-tick.C:
+				}
+			}
+		}()
+	}
+	progressDone := make(chan struct{})
+	go r.progress(ctx, start, progressDone)
+	senders.Wait()
+	sendPhase := time.Since(start)
+	inflight.Wait()
+
+	// Drain: wait until every expected pair was reported, then for the
+	// outbox to empty.
+	deadline := time.Now().Add(cfg.Drain)
+	for time.Now().Before(deadline) && r.missing() > 0 {
+		time.Sleep(100 * time.Millisecond)
+	}
+	for time.Now().Before(deadline) {
+		if d := r.target.outboxDepth(ctx); d <= 0 {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	close(progressDone)
+	return r.report(ctx, sendPhase)
+}
+
+// missing counts expected pairs not reported yet.
+func (r *run) missing() int64 {
+	r.accMu.Lock()
+	acc := make(map[string]accepted, len(r.acc))
+	for k, v := range r.acc {
+		acc[k] = v
+	}
+	r.accMu.Unlock()
+	var n int64
+	for id, a := range acc {
+		for _, i := range r.chats[a.chat] {
+			if i == a.sender {
+				continue
+			}
+			m := r.members[i]
+			m.mu.Lock()
+			_, ok := m.got[id]
+			m.mu.Unlock()
+			if !ok {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+func (r *run) progress(ctx context.Context, start time.Time, done chan struct{}) {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		depth := r.target.outboxDepth(ctx)
+		if depth > r.outboxMax.Load() {
+			r.outboxMax.Store(depth)
+		}
+		if r.cfg.Progress == nil {
+			continue
+		}
+		var frames, reconnects int64
+		for _, m := range r.members {
+			st := m.c.Stats()
+			frames += st.MessageFrames
+			reconnects += st.Reconnects
+		}
+		r.accMu.Lock()
+		acc := len(r.acc)
+		r.accMu.Unlock()
+		fmt.Fprintf(r.cfg.Progress, "t=%3.0fs sent=%d accepted=%d frames=%d outbox=%d reconnects=%d\n",
+			time.Since(start).Seconds(), r.sent.Load(), acc, frames, depth, reconnects)
+	}
+}
+
+func (r *run) report(ctx context.Context, sendPhase time.Duration) *Report {
+	cfg := r.cfg
+	rep := &Report{Clients: cfg.Clients, GroupSize: cfg.GroupSize, TargetRate: cfg.Rate, Duration: cfg.Duration,
+		Sent: r.sent.Load(), SendErrors: map[string]int64{}, OutboxPeak: r.outboxMax.Load()}
+	r.errMu.Lock()
+	for k, v := range r.errs {
+		rep.SendErrors[k] = v
+	}
+	r.errMu.Unlock()
+	r.accMu.Lock()
+	acc := r.acc
+	r.accMu.Unlock()
+	rep.Accepted = int64(len(acc))
+	rep.AchievedRate = float64(rep.Accepted) / sendPhase.Seconds()
+	missingBy := map[int][]string{}
+	for id, a := range acc {
+		for _, i := range r.chats[a.chat] {
+			if i == a.sender {
+				continue
+			}
+			rep.Expected++
+			m := r.members[i]
+			m.mu.Lock()
+			_, ok := m.got[id]
+			m.mu.Unlock()
+			if ok {
+				rep.Received++
+			} else {
+				missingBy[i] = append(missingBy[i], id)
+			}
+		}
+	}
+	// Anything still missing must be in the recipient's history (G3).
+	for i, ids := range missingBy {
+		inHistory := r.history(ctx, r.members[i])
+		for _, id := range ids {
+			if inHistory[id] {
+				rep.RecoveredAtEnd++
+			} else {
+				rep.Lost++
+			}
+		}
+	}
+	for _, m := range r.members {
+		st := m.c.Stats()
+		rep.Frames += st.MessageFrames
+		rep.Duplicates += st.DuplicateFrames
+		rep.Reconnects += st.Reconnects
+	}
+	if rep.Expected > 0 {
+		rep.DeliveriesPerAcc = float64(rep.Frames) / float64(rep.Expected)
+	}
+	r.latMu.Lock()
+	lat := r.lat
+	r.latMu.Unlock()
+	sort.Slice(lat, func(a, b int) bool { return lat[a] < lat[b] })
+	q := func(p float64) time.Duration {
+		if len(lat) == 0 {
+			return 0
+		}
+		return lat[min(len(lat)-1, int(p*float64(len(lat))))]
+	}
+	rep.LatencyP50, rep.LatencyP99, rep.LatencyP999 = q(0.50), q(0.99), q(0.999)
+	if len(lat) > 0 {
+		rep.LatencyMax = lat[len(lat)-1]
+	}
+	rep.OutboxFinal = r.target.outboxDepth(ctx)
+	if st, ok := r.target.adminStats(ctx); ok {
+		rep.Withdrawals = st.Delivery.Withdrawals
+	}
+	return rep
+}
+
+// history pages every message of m's chat.
+func (r *run) history(ctx context.Context, m *member) map[string]bool {
+	out := map[string]bool{}
+	since := ""
+	for {
+		msgs, more, err := m.c.History(ctx, m.chat, since, 500)
+		if err != nil {
+			r.cfg.Logger.Warn("history read failed during reconciliation", "user", m.user, "err", err)
+			return out
+		}
+		for _, msg := range msgs {
+			out[msg.MessageID] = true
+			since = msg.MessageID
+		}
+		if !more || len(msgs) == 0 {
+			return out
+		}
+	}
+}
+
+// target is the server under load.
+type target interface {
+	url() string
+	signer() *auth.Signer
+	outboxDepth(ctx context.Context) int64
+	adminStats(ctx context.Context) (server.AdminStats, bool)
+	finish(*Report)
+	stop()
+}
+
+// remote reaches a server over HTTP (a child process or --url).
+type remote struct {
+	base  string
+	sign  *auth.Signer
+	admin string
+	hc    *http.Client
+}
+
+func newRemote(base, secret string) (*remote, error) {
+	s, err := auth.NewSigner([]byte(secret))
+	if err != nil {
+		return nil, err
+	}
+	admin, err := s.IssueAdmin(0)
+	if err != nil {
+		return nil, err
+	}
+	return &remote{base: strings.TrimRight(base, "/"), sign: s, admin: admin, hc: &http.Client{Timeout: 5 * time.Second}}, nil
+}
+
+func (t *remote) url() string          { return t.base }
+func (t *remote) signer() *auth.Signer { return t.sign }
+func (t *remote) finish(*Report)       {}
+func (t *remote) stop()                {}
+
+func (t *remote) adminStats(ctx context.Context) (server.AdminStats, bool) {
+	var st server.AdminStats
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, t.base+"/admin/stats", nil)
+	if err != nil {
+		return st, false
+	}
+	req.Header.Set("Authorization", "Bearer "+t.admin)
+	resp, err := t.hc.Do(req)
+	if err != nil {
+		return st, false
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&st) != nil {
+		return st, false
+	}
+	return st, true
+}
+
+func (t *remote) outboxDepth(ctx context.Context) int64 {
+	st, ok := t.adminStats(ctx)
+	if !ok {
+		return -1
+	}
+	return st.OutboxDepth
+}
+
+// local is a server started in this process.
+type local struct {
+	srv *server.Server
+}
+
+func (t *local) url() string          { return t.srv.URL() }
+func (t *local) signer() *auth.Signer { return t.srv.Signer() }
+func (t *local) finish(*Report)       {}
+func (t *local) stop() {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	_ = t.srv.Shutdown(ctx)
+}
+func (t *local) adminStats(ctx context.Context) (server.AdminStats, bool) {
+	st, err := t.srv.Stats(ctx)
+	return st, err == nil
+}
+func (t *local) outboxDepth(ctx context.Context) int64 {
+	st, ok := t.adminStats(ctx)
+	if !ok {
+		return -1
+	}
+	return st.OutboxDepth
+}

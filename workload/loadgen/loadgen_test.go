@@ -1,0 +1,118 @@
+package loadgen
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tetra-messenger/tetra/workload/history"
+	"github.com/tetra-messenger/tetra/workload/server"
+)
+
+func shortConfig() Config {
+	cfg := DefaultConfig()
+	cfg.InProcess = true
+	cfg.Clients, cfg.Rate, cfg.Duration, cfg.Drain = 20, 100, 2*time.Second, 20*time.Second
+	cfg.Server.Tuning.GCGrace = 200 * time.Millisecond
+	cfg.Server.Tuning.GCInterval = 100 * time.Millisecond
+	return cfg
+}
+
+func TestPairsReconcileWithNothingLost(t *testing.T) {
+	t.Parallel()
+	rep, err := Run(context.Background(), shortConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("\n%s", rep)
+	if rep.Accepted < 100 || rep.Lost != 0 || rep.Expected != rep.Accepted {
+		t.Fatalf("accepted %d, expected %d, lost %d", rep.Accepted, rep.Expected, rep.Lost)
+	}
+	if rep.OutboxFinal != 0 {
+		t.Fatalf("outbox did not drain: %d rows left", rep.OutboxFinal)
+	}
+}
+
+func TestGroupsReconcileWithNothingLost(t *testing.T) {
+	t.Parallel()
+	cfg := shortConfig()
+	cfg.Clients, cfg.GroupSize = 20, 5
+	rep, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("\n%s", rep)
+	if rep.Lost != 0 || rep.Expected != rep.Accepted*4 {
+		t.Fatalf("accepted %d, expected %d (want 4 per message), lost %d", rep.Accepted, rep.Expected, rep.Lost)
+	}
+}
+
+// lyingStore answers every 10th draft as committed without writing it: a
+// G1 violation the reconciliation must report as lost.
+type lyingStore struct {
+	history.Store
+	n atomic.Int64
+}
+
+func (s *lyingStore) Commit(ctx context.Context, drafts []history.Draft) ([]history.Result, error) {
+	var keep []history.Draft
+	var fake []int
+	for i, d := range drafts {
+		if s.n.Add(1)%10 == 0 {
+			fake = append(fake, i)
+			continue
+		}
+		keep = append(keep, d)
+	}
+	res, err := s.Store.Commit(ctx, keep)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]history.Result, 0, len(drafts))
+	for i, d := range drafts {
+		if len(fake) > 0 && fake[0] == i {
+			fake = fake[1:]
+			out = append(out, history.Result{Message: history.Message{ID: d.ID, ChatID: d.ChatID, SenderID: d.SenderID,
+				CorrelationID: d.CorrelationID, Body: d.Body, SentAt: d.SentAt}})
+			continue
+		}
+		out = append(out, res[0])
+		res = res[1:]
+	}
+	return out, nil
+}
+
+func TestReconciliationCatchesALyingStore(t *testing.T) {
+	t.Parallel()
+	cfg := shortConfig()
+	cfg.Drain = 2 * time.Second
+	cfg.Server.WrapStore = func(s history.Store) history.Store { return &lyingStore{Store: s} }
+	rep, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Lost == 0 || rep.OK() {
+		t.Fatalf("a store that acknowledged without writing lost nothing according to the report:\n%s", rep)
+	}
+	if want := rep.Accepted / 10; rep.Lost < want-2 || rep.Lost > want+2 {
+		t.Fatalf("lost %d, want about %d (every 10th accepted)", rep.Lost, want)
+	}
+}
+
+func TestConfigValidation(t *testing.T) {
+	for _, mut := range []func(*Config){
+		func(c *Config) { c.Clients = 1 },
+		func(c *Config) { c.GroupSize = 1 },
+		func(c *Config) { c.Rate = 0 },
+		func(c *Config) { c.Duration = 0 },
+		func(c *Config) { c.URL = "http://x"; c.Secret = "" },
+	} {
+		cfg := DefaultConfig()
+		cfg.Server = server.DefaultConfig()
+		mut(&cfg)
+		if _, err := Run(context.Background(), cfg); err == nil {
+			t.Errorf("config %+v accepted", cfg)
+		}
+	}
+}

@@ -1,0 +1,192 @@
+package loadgen
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/tetra-messenger/tetra/workload/config"
+	"github.com/tetra-messenger/tetra/workload/server"
+)
+
+func startTarget(ctx context.Context, cfg Config) (target, error) {
+	if cfg.URL != "" {
+		return newRemote(cfg.URL, cfg.Secret)
+	}
+	dir, err := os.MkdirTemp("", "tetra-loadgen-")
+	if err != nil {
+		return nil, err
+	}
+	if cfg.InProcess {
+		sc := cfg.Server
+		sc.Addr, sc.DataDir, sc.Logger = "127.0.0.1:0", dir, cfg.Logger
+		srv, err := server.New(ctx, sc)
+		if err != nil {
+			os.RemoveAll(dir)
+			return nil, fmt.Errorf("loadgen: start in-process server: %w", err)
+		}
+		if err := srv.Start(ctx); err != nil {
+			os.RemoveAll(dir)
+			return nil, fmt.Errorf("loadgen: start in-process server: %w", err)
+		}
+		return &cleanup{target: &local{srv: srv}, dir: dir}, nil
+	}
+	return startChild(ctx, cfg, dir)
+}
+
+// cleanup removes the run's data directory after stopping the target.
+type cleanup struct {
+	target
+	dir string
+}
+
+func (c *cleanup) stop() {
+	c.target.stop()
+	os.RemoveAll(c.dir)
+}
+
+// child is a `tetra serve` child process started from this binary.
+type child struct {
+	*remote
+	cmd  *exec.Cmd
+	dir  string
+	done chan struct{}
+}
+
+// TuningArgs renders t as `tetra serve` flags.
+func TuningArgs(t config.Tuning) []string {
+	return []string{
+		"--lease=" + t.Lease.String(),
+		"--max-delivery-attempts=" + strconv.Itoa(t.MaxDeliveryAttempts),
+		"--max-pending=" + strconv.Itoa(t.MaxPending),
+		"--reconnect-grace=" + t.ReconnectGrace.String(),
+		"--ping-interval=" + t.PingInterval.String(),
+		"--ping-timeout=" + t.PingTimeout.String(),
+		"--gc-grace=" + t.GCGrace.String(),
+		"--gc-interval=" + t.GCInterval.String(),
+		"--outbox-retention=" + t.OutboxRetention.String(),
+		"--history-retention=" + t.HistoryRetention.String(),
+		"--poll-interval=" + t.PollInterval.String(),
+		"--poll-batch=" + strconv.Itoa(t.PollBatch),
+		"--max-body=" + strconv.Itoa(t.MaxBodyBytes),
+		"--max-inflight=" + strconv.Itoa(t.MaxInFlightSends),
+		"--send-rate=" + strconv.Itoa(t.SendsPerSecond),
+	}
+}
+
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+func startChild(ctx context.Context, cfg Config, dir string) (target, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	secret := randomSecret()
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	args := append([]string{"serve", "--addr", addr, "--data", dir, "--log-level", "warn",
+		"--max-conns-per-user", "64", "--max-conns", strconv.Itoa(max(cfg.Clients*2, 20000))}, TuningArgs(cfg.Server.Tuning)...)
+	if cfg.Server.Store != "" {
+		args = append(args, "--store", cfg.Server.Store)
+	}
+	if cfg.Server.Index != "" {
+		args = append(args, "--index", cfg.Server.Index)
+	}
+	cmd := exec.Command(exe, args...)
+	cmd.Env = append(os.Environ(), "TETRA_JWT_SECRET="+secret)
+	logf, err := os.Create(filepath.Join(dir, "server.log"))
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("loadgen: start server: %w", err)
+	}
+	rem, err := newRemote("http://"+addr, secret)
+	if err != nil {
+		return nil, err
+	}
+	c := &child{remote: rem, cmd: cmd, dir: dir, done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); logf.Close(); close(c.done) }()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get("http://" + addr + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return c, nil
+			}
+		}
+		select {
+		case <-c.done:
+			log, _ := os.ReadFile(filepath.Join(dir, "server.log"))
+			return nil, fmt.Errorf("loadgen: server exited at start: %s", strings.TrimSpace(string(log)))
+		case <-ctx.Done():
+			c.stop()
+			return nil, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			c.stop()
+			return nil, fmt.Errorf("loadgen: server not healthy after 30 s")
+		}
+	}
+}
+
+// finish reads the child's peak RSS (VmHWM) and CPU time from /proc before
+// it is stopped.
+func (c *child) finish(rep *Report) {
+	pid := c.cmd.Process.Pid
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid)); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(line, "VmHWM:") {
+				f := strings.Fields(line)
+				if len(f) >= 2 {
+					kb, _ := strconv.ParseInt(f[1], 10, 64)
+					rep.ServerPeakRSS = kb * 1024
+				}
+			}
+		}
+	}
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
+		s := string(b)
+		if i := strings.LastIndexByte(s, ')'); i > 0 {
+			f := strings.Fields(s[i+1:])
+			// utime and stime are fields 14 and 15 of stat, 12 and 13 here.
+			if len(f) > 13 {
+				ut, _ := strconv.ParseFloat(f[11], 64)
+				st, _ := strconv.ParseFloat(f[12], 64)
+				rep.ServerCPUSeconds = (ut + st) / 100 // USER_HZ is 100 on Linux
+			}
+		}
+	}
+}
+
+func (c *child) stop() {
+	_ = c.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-c.done:
+	case <-time.After(30 * time.Second):
+		_ = c.cmd.Process.Kill()
+		<-c.done
+	}
+	os.RemoveAll(c.dir)
+}

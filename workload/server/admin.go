@@ -1,0 +1,76 @@
+package server
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/tetra-messenger/tetra/workload/delivery"
+	"github.com/tetra-messenger/tetra/workload/outbox"
+	"github.com/tetra-messenger/tetra/workload/protocol"
+)
+
+// AdminStats is the body of GET /admin/stats: live delivery counters and
+// the outbox per partition.
+type AdminStats struct {
+	Delivery      delivery.Stats `json:"delivery"`
+	Outbox        []outbox.Stats `json:"outbox"`
+	OutboxDepth   int64          `json:"outboxDepth"`
+	OutboxOldest  time.Time      `json:"outboxOldest,omitzero"`
+	InboundQueued int            `json:"inboundQueued"`
+}
+
+func (s *Server) adminOnly(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if err := s.signer.VerifyAdmin(bearer(r)); err != nil {
+			writeError(w, protocol.CodeUnauthorized, "an admin token is required (tetra token --admin)")
+			return
+		}
+		h(w, r)
+	}
+}
+
+// Stats collects AdminStats.
+func (s *Server) Stats(ctx context.Context) (AdminStats, error) {
+	st := AdminStats{Delivery: s.engine.Stats(), InboundQueued: s.pipeline.Depth()}
+	parts, err := s.outbox.Partitions(ctx)
+	if err != nil {
+		return st, err
+	}
+	for _, p := range parts {
+		ps, err := s.outbox.Stats(ctx, p)
+		if err != nil {
+			return st, err
+		}
+		st.Outbox = append(st.Outbox, ps)
+		st.OutboxDepth += ps.Depth
+		if !ps.OldestAt.IsZero() && (st.OutboxOldest.IsZero() || ps.OldestAt.Before(st.OutboxOldest)) {
+			st.OutboxOldest = ps.OldestAt
+		}
+	}
+	return st, nil
+}
+
+func (s *Server) handleAdminStats(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+	defer cancel()
+	st, err := s.Stats(ctx)
+	if err != nil {
+		writeError(w, protocol.CodeUnavailable, "outbox unavailable: "+err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, st)
+}
+
+// handleAdminRebuild rebuilds the waterline index from the outbox now (the
+// operator calls it after a Redis failover).
+func (s *Server) handleAdminRebuild(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 60*time.Second)
+	defer cancel()
+	start := time.Now()
+	if err := s.engine.Rebuild(ctx, delivery.RebuildRequested); err != nil {
+		writeError(w, protocol.CodeUnavailable, err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"rebuilt": true, "tookMs": time.Since(start).Milliseconds()})
+}

@@ -1,0 +1,65 @@
+package sqlite
+
+import (
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+
+	"github.com/tetra-messenger/tetra/workload/history"
+)
+
+// BenchmarkCommit measures the group commit as the accept pipeline drives
+// it: batches of 36 messages (the paper's persist batch), each to a direct
+// chat of two members, so every message writes one history row and two
+// outbox rows, with synchronous=FULL. It reports msgs/s.
+func BenchmarkCommit(b *testing.B) {
+	for _, sync := range []string{"FULL", "NORMAL"} {
+		b.Run("synchronous="+sync, func(b *testing.B) {
+			benchmarkCommit(b, 36, func(c *Config) { c.Synchronous = sync })
+		})
+	}
+}
+
+func benchmarkCommit(b *testing.B, batch int, edit func(*Config)) {
+	db := newDB(b, edit)
+	ctx := b.Context()
+	const chats = 100
+	ids := make([]string, chats)
+	for i := range ids {
+		c, _, err := db.CreateDirect(ctx, fmt.Sprintf("u%03d", i), fmt.Sprintf("v%03d", i))
+		if err != nil {
+			b.Fatal(err)
+		}
+		ids[i] = c.ID
+	}
+	drafts := make([]history.Draft, batch)
+	n := 0
+	b.ResetTimer()
+	start := time.Now()
+	for b.Loop() {
+		for i := range drafts {
+			c := n % chats
+			drafts[i] = history.Draft{
+				ID:            ulid.Make().String(),
+				ChatID:        ids[c],
+				SenderID:      fmt.Sprintf("u%03d", c),
+				SenderDevice:  "d",
+				CorrelationID: strconv.Itoa(n),
+				Body:          "hello, this is a message of about sixty bytes of text....",
+				SentAt:        time.Now(),
+			}
+			n++
+		}
+		res, err := db.Commit(ctx, drafts)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if res[0].Err != nil || len(res[0].Deliveries) != 2 {
+			b.Fatalf("result %+v", res[0])
+		}
+	}
+	b.ReportMetric(float64(n)/time.Since(start).Seconds(), "msgs/s")
+}

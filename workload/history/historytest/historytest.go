@@ -614,6 +614,18 @@ func testCommitDuplicateAcrossBatches(t *testing.T, s history.Store) {
 		t.Errorf("resend: %d deliveries, want none", len(r.Deliveries))
 	}
 	checkDeliveries(t, s, before, []history.Result{r})
+	// The very same draft again (an ingest retry) is a duplicate too.
+	same := Draft(d.ID, "alice", "k-1", "original")
+	same.ID = first.Message.ID
+	if r := MustCommit(t, s, same)[0]; !r.Duplicate || r.Message.ID != first.Message.ID {
+		t.Errorf("identical resend = %+v, want the original as a duplicate", r)
+	}
+	// A resend naming another chat (or none the sender belongs to) still
+	// answers with the original: the key is checked before the rules.
+	elsewhere := Draft("no-such-chat", "alice", "k-1", "elsewhere")
+	if r := MustCommit(t, s, elsewhere)[0]; !r.Duplicate || r.Message.ID != first.Message.ID {
+		t.Errorf("resend to another chat = %+v, want the original as a duplicate", r)
+	}
 
 	// The key is per sender: bob may use the same correlation id.
 	other := MustCommit(t, s, Draft(d.ID, "bob", "k-1", "bob's"))[0]

@@ -5,8 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"sync"
@@ -113,10 +111,10 @@ func Open(ctx context.Context, cfg Config) (*DB, error) {
 
 // migrate applies the embedded SQLite migrations that are not yet applied.
 func migrate(ctx context.Context, w *sql.DB) error {
+	// Not verbose, so goose logs nothing; no global registry, so Go
+	// migrations registered elsewhere in the binary cannot leak in.
 	p, err := goose.NewProvider(goose.DialectSQLite3, w, migrations.SQLite(),
-		goose.WithDisableGlobalRegistry(true),
-		goose.WithSlog(slog.New(slog.NewTextHandler(io.Discard, nil))),
-	)
+		goose.WithDisableGlobalRegistry(true))
 	if err != nil {
 		return err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -199,7 +200,7 @@ func TestMigrationsIdempotent(t *testing.T) {
 	if err != nil {
 		t.Fatalf("GetVersions: %v", err)
 	}
-	files, err := fsGlob()
+	files, err := fs.Glob(migrations.SQLite(), "*.sql")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,24 +210,6 @@ func TestMigrationsIdempotent(t *testing.T) {
 	if pending, err := p.HasPending(t.Context()); err != nil || pending {
 		t.Errorf("HasPending = %v, %v; want false", pending, err)
 	}
-}
-
-func fsGlob() ([]string, error) {
-	return fsGlobIn("*.sql")
-}
-
-func fsGlobIn(pattern string) ([]string, error) {
-	entries, err := os.ReadDir(filepath.Join("..", "migrations", "sqlite"))
-	if err != nil {
-		return nil, err
-	}
-	var out []string
-	for _, e := range entries {
-		if ok, _ := filepath.Match(pattern, e.Name()); ok {
-			out = append(out, e.Name())
-		}
-	}
-	return out, nil
 }
 
 func mustGroup(t testing.TB, db *DB, creator, title string, members ...string) history.Chat {
@@ -486,6 +469,37 @@ func TestTwoHandlesOneFile(t *testing.T) {
 	rows := outboxtest.ScanAll(t, b, 0, 0, 64)
 	if len(rows) != 400 {
 		t.Errorf("Scan saw %d rows, want 400", len(rows))
+	}
+}
+
+// TestMemberCacheSeesOtherProcesses checks that a member added through
+// another handle on the same file (another process) gets outbox rows from
+// this handle's next commit, although this handle cached the member list.
+func TestMemberCacheSeesOtherProcesses(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "tetra.db")
+	a := openDB(t, DefaultConfig(path))
+	b := openDB(t, DefaultConfig(path))
+	g := mustGroup(t, a, "alice", "g", "bob")
+	r := historytest.MustCommit(t, a, historytest.Draft(g.ID, "alice", "1", "x"))[0]
+	if len(r.Deliveries) != 2 {
+		t.Fatalf("first commit: %d deliveries, want 2", len(r.Deliveries))
+	}
+	if _, err := b.AddMember(ctx, g.ID, "bob", "carol"); err != nil {
+		t.Fatal(err)
+	}
+	r = historytest.MustCommit(t, a, historytest.Draft(g.ID, "alice", "2", "y"))[0]
+	var got []string
+	for _, d := range r.Deliveries {
+		got = append(got, d.Recipient)
+	}
+	if !slices.Equal(got, []string{"alice", "bob", "carol"}) || !slices.Equal(r.Members, got) {
+		t.Errorf("after another handle added carol: deliveries to %v, members %v", got, r.Members)
+	}
+	// carol may now send through the first handle.
+	if r := historytest.MustCommit(t, a, historytest.Draft(g.ID, "carol", "3", "z"))[0]; r.Err != nil {
+		t.Errorf("carol's send: %v", r.Err)
 	}
 }
 

@@ -315,7 +315,10 @@ func (c *Client) State() State {
 
 // Cursors returns, per chat, the last messageId processed from history (in
 // commit order). Saved and passed back as Config.InitialCursors, they let a
-// later run resume without a full sync.
+// later run resume without a full sync. Cursors move only with history
+// pages, so a run that starts from them reports again the messages this
+// run received live after them (at most MaxUnsyncedPerChat per chat): the
+// dedupe memory is not persisted.
 func (c *Client) Cursors() map[string]string { return c.dd.cursors() }
 
 // Stats returns the client's counters.

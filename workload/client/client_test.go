@@ -288,6 +288,8 @@ func TestConfigValidation(t *testing.T) {
 		{"bad scheme", func(c *Config) { c.URL = "ftp://x" }, "URL"},
 		{"no token", func(c *Config) { c.Token = "" }, "Token"},
 		{"negative ack delay", func(c *Config) { c.AckDelay = -1 }, "AckDelay"},
+		{"negative window", func(c *Config) { c.DedupeWindow = -1 }, "DedupeWindow"},
+		{"page too big", func(c *Config) { c.HistoryPageSize = 5000 }, "HistoryPageSize"},
 		{"ack batch too big", func(c *Config) { c.AckBatch = protocol.MaxAckIDs + 1 }, "AckBatch"},
 		{"backoff inverted", func(c *Config) { c.BackoffMin, c.BackoffMax = time.Second, time.Millisecond }, "BackoffMin"},
 		{"http timeout", func(c *Config) { c.HTTPClient = &http.Client{Timeout: time.Second} }, "HTTPClient"},
@@ -339,6 +341,20 @@ func TestHelloAndHeaderToken(t *testing.T) {
 	fs.mu.Unlock()
 	if inQuery != 1 {
 		t.Fatalf("token in query %d times, want 1", inQuery)
+	}
+}
+
+func TestTokenNotInErrors(t *testing.T) {
+	fs := newFakeServer(t)
+	url := fs.srv.URL
+	fs.srv.Close() // nothing listens any more
+	c, err := New(Config{URL: url, Token: "s3cret-token", TokenInQuery: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.connect(context.Background())
+	if err == nil || strings.Contains(err.Error(), "s3cret") {
+		t.Fatalf("connect error leaks the token or is nil: %v", err)
 	}
 }
 
@@ -675,6 +691,46 @@ func TestLiveDedupeAndAcks(t *testing.T) {
 	}
 	r.noMessage(t)
 	if st := c.Stats(); st.MessageFrames != n+2 || st.DuplicateFrames != 2 || st.Delivered != n || st.AckedIDs != n+2 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+// By default acks leave on receipt, before OnMessage returns, and batch by
+// themselves.
+func TestAcksOnReceipt(t *testing.T) {
+	fs := newFakeServer(t)
+	fs.addChat("c1", "alice", "bob")
+	r := newRecorder()
+	cfg := r.config(fs, "alice")
+	acked := make(chan []string, 1)
+	first := true
+	cfg.OnMessage = func(m protocol.Message) {
+		if first { // hold the reader until the server has the ack
+			first = false
+			acked <- recv(t, fs.acks, "ack while OnMessage runs")
+		}
+		r.msgs <- m
+	}
+	c := dial(t, cfg)
+	r.waitState(t, StateSynced)
+	const n = 30
+	var ids []string
+	for i := range n {
+		m := fs.store("c1", "bob", fmt.Sprint(i))
+		ids = append(ids, m.MessageID)
+		fs.push("alice", m)
+	}
+	got := recv(t, acked, "first ack")
+	for len(got) < n {
+		got = append(got, recv(t, fs.acks, "ack")...)
+	}
+	if !slices.Equal(got, ids) {
+		t.Fatalf("acked %v, want %v", got, ids)
+	}
+	for range n {
+		recv(t, r.msgs, "message")
+	}
+	if st := c.Stats(); st.AckedIDs != n || st.AckFrames > n {
 		t.Fatalf("stats %+v", st)
 	}
 }

@@ -18,7 +18,7 @@ const (
 	DefaultDevice             = "default"
 	DefaultBackoffMin         = 100 * time.Millisecond
 	DefaultBackoffMax         = 5 * time.Second
-	DefaultAckDelay           = 10 * time.Millisecond
+	DefaultAckDelay           = time.Duration(0) // acks leave as soon as the writer is free
 	DefaultAckBatch           = 256
 	DefaultLimitRetryWait     = 100 * time.Millisecond
 	DefaultHistoryPageSize    = 500
@@ -88,15 +88,21 @@ type Config struct {
 	BackoffMin, BackoffMax time.Duration
 
 	// ManualAck turns automatic acknowledgement off. By default (false) the
-	// client acknowledges every message frame it receives, duplicates
-	// included (a duplicate means the server did not see the earlier ack),
-	// after OnMessage returns. With ManualAck the caller acknowledges with
-	// Client.Ack. (The zero value means "auto", hence the negative name.)
+	// client acknowledges every message frame on receipt, before OnMessage
+	// runs, duplicates included (a duplicate means the server did not see
+	// the earlier ack). With ManualAck the caller acknowledges with
+	// Client.Ack; duplicates, which the caller never sees, are still acked
+	// by the client. (The zero value means "auto", hence the negative name.)
 	ManualAck bool
 
-	// AckDelay is how long acks are held to be coalesced into one ack frame;
-	// a frame is also sent as soon as AckBatch ids are waiting. Default
-	// DefaultAckDelay (10 ms).
+	// AckDelay is how long acks are held to be coalesced into one ack frame.
+	// Default 0: an ack frame leaves as soon as the writer goroutine is
+	// free, carrying every id that arrived meanwhile, so acks batch by
+	// themselves under load and add no latency when idle. A positive delay
+	// makes fewer, bigger frames, but the server withdraws a connection
+	// with too many unacknowledged messages (close 4003, max-pending, 20 by
+	// default and not announced in hello): keep it to a few milliseconds.
+	// Whatever the delay, a frame leaves as soon as AckBatch ids wait.
 	AckDelay time.Duration
 
 	// AckBatch is the most ids per ack frame, 1..protocol.MaxAckIDs.
@@ -246,7 +252,6 @@ func (cfg Config) withDefaults() (Config, *url.URL, string, error) {
 	}{
 		{"BackoffMin", &cfg.BackoffMin, DefaultBackoffMin},
 		{"BackoffMax", &cfg.BackoffMax, DefaultBackoffMax},
-		{"AckDelay", &cfg.AckDelay, DefaultAckDelay},
 		{"LimitRetryWait", &cfg.LimitRetryWait, DefaultLimitRetryWait},
 		{"HandshakeTimeout", &cfg.HandshakeTimeout, DefaultHandshakeTimeout},
 		{"WriteTimeout", &cfg.WriteTimeout, DefaultWriteTimeout},
@@ -259,6 +264,9 @@ func (cfg Config) withDefaults() (Config, *url.URL, string, error) {
 		case *d.p == 0:
 			*d.p = d.def
 		}
+	}
+	if cfg.AckDelay < 0 {
+		return bad("AckDelay", "must be >= 0 (0 sends acks as soon as possible), got %v", cfg.AckDelay)
 	}
 	if cfg.PingInterval < 0 {
 		return bad("PingInterval", "must be >= 0 (0 disables application pings), got %v", cfg.PingInterval)

@@ -210,7 +210,7 @@ func (cn *conn) writeLoop() {
 			}
 		case <-cn.ackSig:
 			switch n := cn.ackLen(); {
-			case n >= cfg.AckBatch:
+			case n >= cfg.AckBatch || (n > 0 && cfg.AckDelay == 0):
 				ackTimer.Stop()
 				armed = false
 				if !flush() {
@@ -259,7 +259,8 @@ func (cn *conn) enqueue(ctx context.Context, b []byte) error {
 }
 
 // addAcks queues ids for the next ack frame and wakes the writer when the
-// queue was empty (to arm the coalescing timer) or holds a full batch.
+// queue was empty (to flush, or to arm the coalescing timer) or holds a
+// full batch. Ids that arrive while the writer is busy join the next frame.
 func (cn *conn) addAcks(ids ...string) {
 	cn.ackMu.Lock()
 	cn.acks = append(cn.acks, ids...)
@@ -390,22 +391,28 @@ func (c *Client) handleFrame(cn *conn, b []byte) {
 	switch typ := frameType(b); typ {
 	case protocol.TypeMessage:
 		var m protocol.Message
-		if err := json.Unmarshal(b, &m); err != nil || m.MessageID == "" {
-			c.emitError(fmt.Errorf("client: bad message frame %.200q: %v", b, err))
+		if err := json.Unmarshal(b, &m); err != nil || m.MessageID == "" || m.ChatID == "" {
+			if err == nil && m.MessageID != "" && !c.cfg.ManualAck {
+				cn.addAcks(m.MessageID) // acked, or the server would insist
+			}
+			c.emitError(fmt.Errorf("client: bad message frame %.200q (err %v)", b, err))
 			return
 		}
 		c.st.messageFrames.Add(1)
 		isNew, catchUp := c.dd.seenLive(m.ChatID, m.MessageID)
+		// Ack every frame on receipt, duplicates included, before the
+		// callback: the server counts unacknowledged messages against the
+		// connection (4002, 4003), and the history sync, not the ack,
+		// protects what the application has not processed. In manual mode
+		// the caller never sees a duplicate, so the client acks those.
+		if !c.cfg.ManualAck || !isNew {
+			cn.addAcks(m.MessageID)
+		}
 		if isNew {
 			c.st.delivered.Add(1)
 			c.deliver(m)
 		} else {
 			c.st.duplicateFrames.Add(1)
-		}
-		// Ack every frame, duplicates included. In manual mode the caller
-		// never sees a duplicate, so the client acks those itself.
-		if !c.cfg.ManualAck || !isNew {
-			cn.addAcks(m.MessageID)
 		}
 		if catchUp {
 			c.kickSync()

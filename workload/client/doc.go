@@ -31,11 +31,12 @@
 //
 // # Receiving: exactly-once reporting over at-least-once delivery
 //
-// Every message frame is acknowledged, duplicates included (a duplicate
-// means the server missed the earlier ack); acks are coalesced into one
-// frame per Config.AckDelay or per Config.AckBatch ids. Config.OnMessage is
-// called once per new messageId, whether the message came live or from
-// history.
+// Every message frame is acknowledged on receipt, duplicates included (a
+// duplicate means the server missed the earlier ack). Acks are coalesced:
+// an ack frame carries every id that arrived while the writer was busy (or,
+// with Config.AckDelay, during that delay), up to Config.AckBatch ids.
+// Config.OnMessage is called once per new messageId, whether the message
+// came live or from history.
 //
 // After every (re)connect the client lists the user's chats (GET
 // /api/chats, or Config.Chats) and pages each one's history from its

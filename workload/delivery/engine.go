@@ -36,7 +36,7 @@ type Conn interface {
 
 // Config sizes the engine. Zero fields take the defaults.
 type Config struct {
-	FastQueue    int           // fast-path queue; default 8000
+	FastQueue    int           // fast-path queue, split evenly over the workers; default 8000
 	Concurrency  int           // fast-path workers; default 32
 	HoldTTL      time.Duration // lifetime of the poller's hold without refresh; default 30 s
 	StoreTimeout time.Duration // per outbox or index call; default 5 s
@@ -99,7 +99,13 @@ type Member struct {
 	mu      sync.Mutex
 	horizon map[int32]int64 // rows at or below were examined by the poller (or precede the connection)
 	ahead   map[pkey]struct{}
-	frames  map[string][]byte // pending message id -> encoded frame, for re-delivery
+	// shed is the lowest position the fast path dropped for this member
+	// (per partition), or absent. While set, later fast-path items are
+	// left to the poller too, so the member still receives commit order;
+	// the poller clears it once its horizon passes.
+	shed   map[int32]int64
+	shard  int
+	frames map[string][]byte // pending message id -> encoded frame, for re-delivery
 }
 
 // ID is the member's connection id.
@@ -137,8 +143,12 @@ type Engine struct {
 	samples    map[int32][]headSample // GC goroutine only
 	deleted    map[int32]int64        // GC goroutine only
 
-	fastQ    chan fastItem
+	// fastQ has one queue per worker; a connection's items always go to
+	// the same worker, so each connection sees commit order.
+	fastQ    []chan fastItem
 	pollWake chan struct{}
+
+	nextShard atomic.Uint64
 
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
@@ -182,7 +192,7 @@ func New(log outbox.Log, idx waterline.Index, tuning func() config.Tuning, cfg C
 		scanPos:  map[int32]*atomic.Int64{},
 		samples:  map[int32][]headSample{},
 		deleted:  map[int32]int64{},
-		fastQ:    make(chan fastItem, cfg.FastQueue),
+		fastQ:    makeQueues(cfg.Concurrency, cfg.FastQueue),
 		pollWake: make(chan struct{}, 1),
 		stats:    Stats{Withdrawals: map[string]int64{}, Rebuilds: map[string]int64{}, SafeLine: map[int32]int64{}},
 	}, nil
@@ -212,7 +222,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	e.cancel = cancel
 	for i := 0; i < e.cfg.Concurrency; i++ {
 		e.wg.Add(1)
-		go e.fastWorker(rctx)
+		go e.fastWorker(rctx, e.fastQ[i])
 	}
 	e.wg.Add(3)
 	go e.pollLoop(rctx)
@@ -272,7 +282,9 @@ func (e *Engine) Register(ctx context.Context, c Conn) (*Member, error) {
 		connectedAt: now,
 		horizon:     map[int32]int64{},
 		ahead:       map[pkey]struct{}{},
+		shed:        map[int32]int64{},
 		frames:      map[string][]byte{},
+		shard:       int(e.nextShard.Add(1) % uint64(len(e.fastQ))),
 	}
 	m.lastSeen.Store(now.UnixNano())
 	for _, p := range e.partitions {
@@ -441,8 +453,13 @@ func (e *Engine) Handoff(results []history.Result) {
 			for _, m := range targets {
 				it := fastItem{m: m, item: item{entry: waterline.Entry{MessageID: r.Message.ID, Partition: d.Partition, Pos: d.Pos}, frame: frame}}
 				select {
-				case e.fastQ <- it:
+				case e.fastQ[m.shard] <- it:
 				default:
+					m.mu.Lock()
+					if cur, ok := m.shed[d.Partition]; !ok || d.Pos < cur {
+						m.shed[d.Partition] = d.Pos
+					}
+					m.mu.Unlock()
 					e.shed.Add(1)
 					shed = true
 				}
@@ -469,19 +486,28 @@ func (e *Engine) wakePoller() {
 	}
 }
 
-func (e *Engine) fastWorker(ctx context.Context) {
+func makeQueues(n, total int) []chan fastItem {
+	qs := make([]chan fastItem, n)
+	per := max(1, total/n)
+	for i := range qs {
+		qs[i] = make(chan fastItem, per)
+	}
+	return qs
+}
+
+func (e *Engine) fastWorker(ctx context.Context, q chan fastItem) {
 	defer e.wg.Done()
 	batch := make([]fastItem, 0, 64)
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case it := <-e.fastQ:
+		case it := <-q:
 			batch = append(batch[:0], it)
 		drain:
 			for len(batch) < cap(batch) {
 				select {
-				case it := <-e.fastQ:
+				case it := <-q:
 					batch = append(batch, it)
 				default:
 					break drain
@@ -500,6 +526,10 @@ func (e *Engine) deliverFast(batch []fastItem) {
 		m.mu.Lock()
 		if k.pos <= m.horizon[k.p] {
 			m.mu.Unlock()
+			continue
+		}
+		if _, shedding := m.shed[k.p]; shedding {
+			m.mu.Unlock() // the poller delivers it, in order
 			continue
 		}
 		if _, dup := m.ahead[k]; dup {

@@ -175,6 +175,9 @@ func (e *Engine) pruneAhead(p int32, upto int64) {
 		if m.horizon[p] < upto && m.horizon[p] != maxPos {
 			m.horizon[p] = upto
 		}
+		if at, ok := m.shed[p]; ok && at <= m.horizon[p] {
+			delete(m.shed, p)
+		}
 		m.mu.Unlock()
 	}
 }

@@ -262,12 +262,15 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request, user str
 	q := r.URL.Query()
 	limit := DefaultPageLimit
 	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
+		n, err := strconv.ParseInt(v, 10, 64)
+		if errors.Is(err, strconv.ErrRange) && v[0] != '-' {
+			n, err = MaxPageLimit, nil // a huge limit is capped, not refused
+		}
 		if err != nil || n < 1 {
 			writeError(w, protocol.CodeInvalid, "limit must be a positive integer")
 			return
 		}
-		limit = min(n, MaxPageLimit)
+		limit = int(min(n, MaxPageLimit))
 	}
 	since := q.Get("since")
 	if len(since) > protocol.MaxIDLen || !utf8.ValidString(since) {

@@ -524,7 +524,6 @@ type dialOpts struct {
 	device string // "" sends no device parameter (the server's default)
 	query  bool   // token in ?token= instead of the Authorization header
 	token  string // overrides the user's valid token
-	noSync bool   // skip the ping/pong barrier after hello
 }
 
 // dialError is a refused upgrade.
@@ -546,10 +545,12 @@ func (e *env) wsURL(q url.Values) string {
 	return u
 }
 
-// dial opens a socket for user, checks that hello is the first frame and,
-// unless o.noSync, waits for a pong to a ping: the server reads frames only
-// once the connection is registered for live delivery, so after the pong
-// every message committed is pushed to it.
+// dial opens a socket for user, checks that hello is the first frame and
+// waits for a pong to a ping: the server reads frames only once the
+// connection is registered for live delivery, so after the pong every
+// message committed is pushed to it. (hello itself is queued before the
+// registration, so a message committed right after hello may be left to
+// history; the tests that count pushes must not race that.)
 func (e *env) dial(user string, o dialOpts) *wsClient {
 	e.t.Helper()
 	c, err := e.dialE(user, o)
@@ -603,10 +604,8 @@ func (e *env) dialE(user string, o dialOpts) (*wsClient, error) {
 		return nil, fmt.Errorf("%s: first frame is %s, want hello", name, f)
 	}
 	c.hello = f
-	if !o.noSync {
-		if err := c.syncE(); err != nil {
-			return nil, err
-		}
+	if err := c.syncE(); err != nil {
+		return nil, err
 	}
 	return c, nil
 }

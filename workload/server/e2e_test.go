@@ -11,7 +11,6 @@ import (
 	"crypto/rsa"
 	"encoding/json"
 	"fmt"
-	"maps"
 	"net/http"
 	"net/url"
 	"slices"
@@ -549,7 +548,6 @@ func TestE2EAuthorization(t *testing.T) {
 		gacc := alice.sendOK(group.ChatID, "secret-2", "for the team")
 		bob.next("the group message", messageID(gacc.MessageID))
 		mallory.expectNone("a frame of a chat mallory is not in", func(f frame) bool { return f.Type == "message" || f.Type == "read" }, quiet)
-		carol.expectNone("a frame of a chat carol is not in yet", isType("message"), 0)
 
 		// A member adds carol: she is in at once, live and in history.
 		status, raw = e.call("POST", "/api/chats/"+url.PathEscape(group.ChatID)+"/members", e.token("bob"), map[string]string{"userId": "carol"})
@@ -1153,7 +1151,7 @@ func TestE2EShutdownAndRestart(t *testing.T) {
 		alice = e.dial("alice", dialOpts{})
 		acc := alice.sendOK(chat.ChatID, "post-restart", "hello again")
 		bob.next("a message after the restart", messageID(acc.MessageID))
-		if slices.Contains(slices.Collect(maps.Keys(inHistory)), acc.MessageID) {
+		if inHistory[acc.MessageID] > 0 {
 			t.Errorf("messageId %s reused after the restart", acc.MessageID)
 		}
 	})

@@ -43,6 +43,10 @@ type Config struct {
 	JWTSecret string
 	// Tuning is the initial live tuning; see SetTuning.
 	Tuning config.Tuning
+	// TuningDir, when set, is a directory of tuning files (one per key of
+	// config.Keys, as a mounted ConfigMap): applied over Tuning at start
+	// and reloaded live whenever it changes.
+	TuningDir string
 	// Ingest and Delivery size the pipeline and the engine.
 	Ingest   ingest.Config
 	Delivery delivery.Config
@@ -137,6 +141,8 @@ type Server struct {
 	bgCancel context.CancelFunc
 	stopOnce sync.Once
 	stopErr  error
+
+	tuningReloads atomic.Int64
 }
 
 // New opens the stores named by cfg, primes the waterline index and builds
@@ -160,6 +166,11 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s := &Server{cfg: cfg, log: log, signer: signer, perUser: map[string]int{}}
 	t := cfg.Tuning
 	s.tuning.Store(&t)
+	if cfg.TuningDir != "" {
+		if err := s.loadTuningDir(); err != nil {
+			return nil, fmt.Errorf("server: tuning directory %s: %w", cfg.TuningDir, err)
+		}
+	}
 	if err := s.openStores(ctx); err != nil {
 		return nil, err
 	}
@@ -232,6 +243,9 @@ func (s *Server) SetTuning(t config.Tuning) error {
 	return nil
 }
 
+// TuningReloads counts live tuning changes applied from TuningDir.
+func (s *Server) TuningReloads() int64 { return s.tuningReloads.Load() }
+
 // Signer mints and verifies the server's tokens.
 func (s *Server) Signer() *auth.Signer { return s.signer }
 
@@ -256,6 +270,10 @@ func (s *Server) Start(ctx context.Context) error {
 	s.bgCancel = cancel
 	s.bg.Add(1)
 	go s.retentionLoop(bgctx)
+	if s.cfg.TuningDir != "" {
+		s.bg.Add(1)
+		go s.watchTuning(bgctx)
+	}
 
 	ln, err := net.Listen("tcp", s.cfg.Addr)
 	if err != nil {

@@ -167,14 +167,18 @@ func (c *session) run() {
 	c.ws.SetReadLimit(protocol.TransportLimit)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go c.writer(ctx)
-	// hello goes first, before the engine can queue any message frame.
+	// hello is queued first, before the engine can queue any message
+	// frame, but the writer starts only once Register has fixed the
+	// connection's start position: a client that pages history as soon as
+	// hello arrives then sees every message at or below that position, and
+	// every later one is pushed. No gap between the two.
 	c.send(protocol.Hello{Type: protocol.TypeHello, UserID: c.user, Device: c.device, ConnectionID: c.id,
 		Limits: protocol.Limits{MaxBodyBytes: t.MaxBodyBytes, MaxInFlightSends: t.MaxInFlightSends,
 			SendsPerSecond: t.SendsPerSecond, PingIntervalMs: int(t.PingInterval / time.Millisecond)}})
 	rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
 	m, err := s.engine.Register(rctx, c)
 	rcancel()
+	go c.writer(ctx)
 	if err != nil {
 		s.log.Warn("connection refused: live delivery unavailable", "user", c.user, "err", err)
 		c.Close(int(websocket.StatusTryAgainLater), "live delivery unavailable, retry")

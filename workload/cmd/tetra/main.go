@@ -114,6 +114,7 @@ func serverFlags(fs *flag.FlagSet) func() (server.Config, error) {
 	fs.StringVar(&cfg.DataDir, "data", cfg.DataDir, "data directory (SQLite database, persisted token secret)")
 	fs.StringVar(&cfg.Store, "store", "", `history and outbox store: "" (SQLite in --data) or sqlite:///path.db`)
 	fs.StringVar(&cfg.Index, "index", "", `waterline index: "" or memory (in process)`)
+	fs.StringVar(&cfg.TuningDir, "tuning-dir", "", "directory of tuning files (one per key, as a mounted ConfigMap), reloaded live")
 	fs.DurationVar(&t.Lease, "lease", t.Lease, "re-deliver an unacknowledged message after this long")
 	fs.IntVar(&t.MaxDeliveryAttempts, "max-delivery-attempts", t.MaxDeliveryAttempts, "withdraw a client (4002) when a message is due after this many sends")
 	fs.IntVar(&t.MaxPending, "max-pending", t.MaxPending, "withdraw a client (4003) with more unacknowledged messages than this")

@@ -1,0 +1,214 @@
+package redis
+
+import goredis "github.com/redis/go-redis/v9"
+
+// The Lua scripts behind every write. Each runs atomically on the server, so
+// no reader ever sees a client half updated. They share these conventions:
+//
+//   - ARGV[1] is the key prefix; keys that depend on a client or a partition
+//     are built in the script from it (see doc.go for the layout). This is
+//     why the index needs a single Redis (optionally replicated, optionally
+//     behind Sentinel), not Redis Cluster.
+//   - An entry's state is the hash value "part:attempts:leaseMs:posKey",
+//     where posKey is 16 lowercase hex digits encoding the position so that
+//     byte order is numeric order (see posKey).
+//   - A lease member is posKey .. clientID .. "\0" .. messageID: fixed-width
+//     position first, so entries with equal leases come out of
+//     ZRANGEBYSCORE lowest position first; client ids never contain a NUL.
+//   - A client's pin of a partition is recomputed from its pending set of
+//     that partition (ZRANGE 0 0 WITHSCORES) after every change to it: set in
+//     the partition's pins when the set is not empty, removed when it is.
+//     Nothing ever writes a pin from anything but that minimum.
+//   - A script returns -1 for a client that is not registered, before
+//     writing anything.
+
+// stateLua parses an entry's state value; shared by the scripts below.
+const stateLua = `
+local function parse(v)
+  return string.match(v, '^([^:]+):([^:]+):([^:]+):(.+)$')
+end
+local function repin(pfx, cid, part)
+  local top = redis.call('ZRANGE', pfx .. 'pend:' .. cid .. ':' .. part, 0, 0, 'WITHSCORES')
+  if #top == 0 then
+    redis.call('ZREM', pfx .. 'pins:' .. part, cid)
+    redis.call('SREM', pfx .. 'parts:' .. cid, part)
+  else
+    redis.call('ZADD', pfx .. 'pins:' .. part, top[2], cid)
+    redis.call('SADD', pfx .. 'parts:' .. cid, part)
+  end
+end
+`
+
+// sentScript: KEYS = clients, st, lease; ARGV = prefix, cid, leaseMs,
+// attempts for a new entry ("1" for Sent, "0" for Restore), resend ("1":
+// a pending entry gets attempts+1 and the lease; "0": it is left alone),
+// then (messageID, partition, pos, posKey) per entry. Returns the client's
+// pending count, or -1.
+var sentScript = goredis.NewScript(stateLua + `
+if redis.call('HEXISTS', KEYS[1], ARGV[2]) == 0 then return -1 end
+local pfx, cid, lease, first, resend = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5] == '1'
+local touched = {}
+for i = 6, #ARGV, 4 do
+  local id = ARGV[i]
+  local v = redis.call('HGET', KEYS[2], id)
+  if v then
+    if resend then
+      local part, att, _, pk = parse(v)
+      redis.call('HSET', KEYS[2], id, part .. ':' .. (tonumber(att) + 1) .. ':' .. lease .. ':' .. pk)
+      redis.call('ZADD', KEYS[3], lease, pk .. cid .. '\0' .. id)
+    end
+  else
+    local part, pos, pk = ARGV[i+1], ARGV[i+2], ARGV[i+3]
+    redis.call('HSET', KEYS[2], id, part .. ':' .. first .. ':' .. lease .. ':' .. pk)
+    redis.call('ZADD', pfx .. 'pend:' .. cid .. ':' .. part, pos, id)
+    redis.call('ZADD', KEYS[3], lease, pk .. cid .. '\0' .. id)
+    touched[part] = true
+  end
+end
+for part in pairs(touched) do repin(pfx, cid, part) end
+return redis.call('HLEN', KEYS[2])
+`)
+
+// ackScript: KEYS = clients, st, lease; ARGV = prefix, cid, messageIDs...
+// Returns the client's pending count, or -1.
+var ackScript = goredis.NewScript(stateLua + `
+if redis.call('HEXISTS', KEYS[1], ARGV[2]) == 0 then return -1 end
+local pfx, cid = ARGV[1], ARGV[2]
+local touched = {}
+for i = 3, #ARGV do
+  local id = ARGV[i]
+  local v = redis.call('HGET', KEYS[2], id)
+  if v then
+    local part, _, _, pk = parse(v)
+    redis.call('ZREM', pfx .. 'pend:' .. cid .. ':' .. part, id)
+    redis.call('HDEL', KEYS[2], id)
+    redis.call('ZREM', KEYS[3], pk .. cid .. '\0' .. id)
+    touched[part] = true
+  end
+end
+for part in pairs(touched) do repin(pfx, cid, part) end
+return redis.call('HLEN', KEYS[2])
+`)
+
+// withdrawScript: KEYS = clients, st, lease, parts; ARGV = prefix, cid.
+// Deletes the registration, the pending sets, the state, the lease entries
+// and the pins of the client. Returns 1, or 0 when the client was not
+// registered (and then touches nothing).
+var withdrawScript = goredis.NewScript(stateLua + `
+if redis.call('HDEL', KEYS[1], ARGV[2]) == 0 then return 0 end
+local pfx, cid = ARGV[1], ARGV[2]
+local all = redis.call('HGETALL', KEYS[2])
+local batch = {}
+for i = 1, #all, 2 do
+  local _, _, _, pk = parse(all[i+1])
+  batch[#batch+1] = pk .. cid .. '\0' .. all[i]
+  if #batch == 1000 then
+    redis.call('ZREM', KEYS[3], unpack(batch))
+    batch = {}
+  end
+end
+if #batch > 0 then redis.call('ZREM', KEYS[3], unpack(batch)) end
+for _, part in ipairs(redis.call('SMEMBERS', KEYS[4])) do
+  redis.call('DEL', pfx .. 'pend:' .. cid .. ':' .. part)
+  redis.call('ZREM', pfx .. 'pins:' .. part, cid)
+end
+redis.call('DEL', KEYS[2], KEYS[4])
+return 1
+`)
+
+// expiredScript: KEYS = lease; ARGV = prefix, nowMs, limit. Returns six
+// strings per due entry: cid, messageID, partition, posKey, attempts,
+// leaseMs; earliest lease first, equal leases lowest position first.
+var expiredScript = goredis.NewScript(stateLua + `
+local pfx = ARGV[1]
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[2], 'LIMIT', 0, ARGV[3])
+local out = {}
+for _, m in ipairs(due) do
+  local rest = string.sub(m, 17)
+  local z = string.find(rest, '\0', 1, true)
+  local cid, id = string.sub(rest, 1, z - 1), string.sub(rest, z + 1)
+  local v = redis.call('HGET', pfx .. 'st:' .. cid, id)
+  if v then
+    local part, att, lease, pk = parse(v)
+    out[#out+1] = cid
+    out[#out+1] = id
+    out[#out+1] = part
+    out[#out+1] = pk
+    out[#out+1] = att
+    out[#out+1] = lease
+  end
+end
+return out
+`)
+
+// timeLua reads the server's clock in milliseconds. Scripts that write
+// after reading TIME need effects replication, which is the only mode from
+// Redis 7 on and is switched on here for older servers.
+const timeLua = `
+if redis.replicate_commands then pcall(redis.replicate_commands) end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+`
+
+// holdScript: KEYS = holds:part, holdexp:part, holdparts; ARGV = member
+// (owner NUL holder), pos, ttlMs, partition. pos < 0 releases. The expiry is
+// the server's TIME plus ttl, so the holders' clocks never matter.
+var holdScript = goredis.NewScript(`
+if tonumber(ARGV[2]) < 0 then
+  redis.call('ZREM', KEYS[1], ARGV[1])
+  redis.call('ZREM', KEYS[2], ARGV[1])
+  return 0
+end
+` + timeLua + `
+redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
+redis.call('ZADD', KEYS[2], now + tonumber(ARGV[3]), ARGV[1])
+redis.call('SADD', KEYS[3], ARGV[4])
+return 1
+`)
+
+// safeLineScript: KEYS = pins:part, holds:part, holdexp:part. Drops the
+// holds whose expiry is at or before the server's TIME, then returns the
+// minimum of the lowest pin and the lowest live hold, or nil.
+var safeLineScript = goredis.NewScript(timeLua + `
+local dead = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)
+for i = 1, #dead, 1000 do
+  local batch = {}
+  for j = i, math.min(i + 999, #dead) do batch[#batch+1] = dead[j] end
+  redis.call('ZREM', KEYS[2], unpack(batch))
+  redis.call('ZREM', KEYS[3], unpack(batch))
+end
+local best = nil
+local pin = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+if #pin > 0 then best = tonumber(pin[2]) end
+local hold = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+if #hold > 0 and (best == nil or tonumber(hold[2]) < best) then best = tonumber(hold[2]) end
+if best == nil then return false end
+return best
+`)
+
+// resetScript: KEYS = clients, lease, primed, holdparts; ARGV = prefix,
+// owner. Forgets this owner's clients (their pending sets, state, pins),
+// its lease set, its holds and its primed flag. Other owners' state is not
+// touched.
+var resetScript = goredis.NewScript(`
+local pfx, owner = ARGV[1], ARGV[2]
+for _, cid in ipairs(redis.call('HKEYS', KEYS[1])) do
+  for _, part in ipairs(redis.call('SMEMBERS', pfx .. 'parts:' .. cid)) do
+    redis.call('DEL', pfx .. 'pend:' .. cid .. ':' .. part)
+    redis.call('ZREM', pfx .. 'pins:' .. part, cid)
+  end
+  redis.call('DEL', pfx .. 'st:' .. cid, pfx .. 'parts:' .. cid)
+end
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
+local mine = owner .. '\0'
+for _, part in ipairs(redis.call('SMEMBERS', KEYS[4])) do
+  local hk, ek = pfx .. 'holds:' .. part, pfx .. 'holdexp:' .. part
+  for _, m in ipairs(redis.call('ZRANGE', hk, 0, -1)) do
+    if string.sub(m, 1, #mine) == mine then
+      redis.call('ZREM', hk, m)
+      redis.call('ZREM', ek, m)
+    end
+  end
+end
+return 1
+`)

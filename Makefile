@@ -41,3 +41,41 @@ loadgen: ## the acceptance load run of the core issue
 
 clean:
 	rm -rf bin data
+
+##@ Operator (api/, controllers/, config/, charts/, main.go)
+
+CONTROLLER_GEN ?= $(GO) run sigs.k8s.io/controller-tools/cmd/controller-gen@v0.23.0
+CHART          ?= charts/tetra-operator
+IMG            ?= ghcr.io/tetra-messenger/tetra:dev
+OPERATOR_IMG   ?= ghcr.io/tetra-messenger/tetra-operator:dev
+CONTAINER_TOOL ?= docker
+
+.PHONY: manifests generate operator run-operator envtest-assets test-operator docker-build docker-build-operator
+
+manifests: ## CRD, RBAC (from markers) into config/, copied into the chart
+	$(CONTROLLER_GEN) rbac:roleName=tetra-operator crd paths="./api/..." paths="./controllers/..." \
+	  output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
+	mkdir -p $(CHART)/files/crds $(CHART)/files/rbac
+	cp config/crd/bases/tetra.dev_messengers.yaml $(CHART)/files/crds/
+	cp config/rbac/role.yaml $(CHART)/files/rbac/role.yaml
+
+generate: ## deepcopy code (api/v1alpha1/zz_generated.deepcopy.go)
+	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths="./api/..."
+
+operator: ## build the operator manager into bin/
+	$(GO) build -o bin/manager .
+
+run-operator: ## run the operator against the current kubeconfig
+	$(GO) run . --leader-elect=false
+
+envtest-assets: ## build (once) kube-apiserver and etcd for envtest; prints the directory
+	@bash hack/envtest-assets.sh
+
+test-operator: ## the operator's tests only (envtest suites build their assets once)
+	KUBEBUILDER_ASSETS="$$(bash hack/envtest-assets.sh)" $(GO) test $(TESTFLAGS) ./api/... ./controllers/... ./internal/operator/... ./config/... ./charts/... .
+
+docker-build: ## the workload image (needs a container engine)
+	$(CONTAINER_TOOL) build -t $(IMG) --build-arg TARGET=./workload/cmd/tetra .
+
+docker-build-operator: ## the operator image (needs a container engine)
+	$(CONTAINER_TOOL) build -t $(OPERATOR_IMG) --build-arg TARGET=. --build-arg BIN=manager .

@@ -116,9 +116,10 @@ func (cn *conn) readLoop() {
 	var err error
 	for {
 		var r io.Reader
-		// No context deadline: the liveness check of the writer (and the
-		// server's pings) end dead connections; a cancellable context would
-		// cost a registration per read.
+		// No context: the writer's liveness check (Config.PingInterval),
+		// the server's idle close (4004) and TCP keep-alive end dead
+		// connections, and a cancellable context would cost a registration
+		// per read. Close and CloseNow unblock this read.
 		if _, r, err = cn.ws.Reader(context.Background()); err != nil {
 			break
 		}

@@ -327,12 +327,16 @@ func (fs *fakeServer) handleSend(fc *fakeConn, s protocol.Send) bool {
 		return false
 	}
 	finish := func() {
-		defer fc.outstanding.Add(-1)
+		// Like the server, free the credit before the answer leaves: the
+		// client may send again as soon as it reads it.
 		if rep.code != "" {
+			fc.outstanding.Add(-1)
 			fs.answer(fc, protocol.ErrorFrame{Type: protocol.TypeError, CorrelationID: s.CorrelationID, Code: rep.code, Message: "fake says " + rep.code})
 			return
 		}
-		fs.answer(fc, fs.commit(fc, s, true))
+		acc := fs.commit(fc, s, true)
+		fc.outstanding.Add(-1)
+		fs.answer(fc, acc)
 	}
 	if rep.hold != nil {
 		go func() { <-rep.hold; finish() }()

@@ -18,7 +18,7 @@
 // connection's pending set, with attempts and lease. Three reapers, each a
 // separate policy (policy.go), withdraw a connection from live delivery: idle
 // (no pong or frame for pingInterval+pingTimeout, close 4004), overload
-// (pending > maxPending, close 4003) and attempts (a message due again after
+// (pending > maxPending at a poller tick, close 4003) and attempts (a message due again after
 // maxDeliveryAttempts sends, close 4002). Withdrawal removes the whole
 // pending set and closes that exact connection; a verdict about a connection
 // that has already been superseded or closed is a no-op, because the

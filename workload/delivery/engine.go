@@ -95,6 +95,7 @@ type Member struct {
 	client      waterline.Client
 	connectedAt time.Time
 	lastSeen    atomic.Int64 // unix nanos
+	pending     atomic.Int64 // pending count last reported by the index
 
 	mu      sync.Mutex
 	horizon map[int32]int64 // rows at or below were examined by the poller (or precede the connection)
@@ -414,10 +415,13 @@ func (e *Engine) Touch(m *Member) { m.lastSeen.Store(e.now().UnixNano()) }
 func (e *Engine) Ack(ctx context.Context, m *Member, ids []string) error {
 	e.Touch(m)
 	e.idxMu.RLock()
-	_, err := e.idx.Ack(ctx, m.client.ID, ids)
+	pending, err := e.idx.Ack(ctx, m.client.ID, ids)
 	e.idxMu.RUnlock()
 	if err != nil && !errors.Is(err, waterline.ErrUnknownClient) {
 		return err
+	}
+	if err == nil {
+		m.pending.Store(int64(pending))
 	}
 	m.mu.Lock()
 	for _, id := range ids {
@@ -548,7 +552,9 @@ func (e *Engine) deliverFast(batch []fastItem) {
 
 // send records items as sent to m in the index (lease, attempts), keeps
 // their frames for re-delivery and queues them on the socket. It returns how
-// many were queued, and applies the overload reaper.
+// many were queued. The overload reaper judges the pending count on the
+// poller's clock (ReapOverloaded), not here: a burst larger than max-pending
+// that the client acknowledges within one round trip is healthy.
 func (e *Engine) send(m *Member, items []item) int {
 	if len(items) == 0 {
 		return 0
@@ -584,8 +590,8 @@ func (e *Engine) send(m *Member, items []item) int {
 			e.enqF.Add(1)
 		}
 	}
-	if err == nil && OverloadReaper(t, pending, e.now().Sub(m.connectedAt)) {
-		e.withdraw(m, protocol.ClosePending, fmt.Sprintf("withdrawn: %d unacknowledged messages exceed max-pending %d", pending, t.MaxPending), ReasonOverload)
+	if err == nil {
+		m.pending.Store(int64(pending))
 	}
 	return n
 }

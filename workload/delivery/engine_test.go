@@ -547,3 +547,24 @@ func TestPolicies(t *testing.T) {
 		t.Error("idle reaper must fire after ping-interval + ping-timeout of silence")
 	}
 }
+
+func TestOverloadReaperSparesABurstAckedBeforeTheTick(t *testing.T) {
+	r := newRig(t, func(tu *config.Tuning) { tu.MaxPending = 2 })
+	bob := newConn("bob", "phone")
+	m := r.register(bob)
+	res := r.commit(5)
+	// The fast path pushes a burst of 5 > max-pending ...
+	r.e.deliverFast(fastItemsFor(r.e, res))
+	// ... and bob acknowledges it within a round trip, before the tick.
+	var ids []string
+	for _, x := range res {
+		ids = append(ids, x.Message.ID)
+	}
+	if err := r.e.Ack(context.Background(), m, ids); err != nil {
+		t.Fatal(err)
+	}
+	r.e.PollOnce(context.Background())
+	if bob.code() != 0 {
+		t.Fatalf("a burst acknowledged in time was withdrawn with %d", bob.code())
+	}
+}

@@ -31,7 +31,7 @@ func (e *Engine) gcLoop(ctx context.Context) {
 			return
 		case <-timer.C:
 		}
-		if _, err := e.GCOnce(ctx); err != nil {
+		if _, err := e.GCOnce(ctx); err != nil && ctx.Err() == nil {
 			e.logger.Warn("gc pass deleted nothing", "err", err)
 		}
 	}

@@ -40,6 +40,26 @@ func (e *Engine) PollOnce(ctx context.Context) {
 	for _, p := range e.partitions {
 		e.scan(ctx, p)
 	}
+	e.ReapOverloaded()
+}
+
+// ReapOverloaded applies the overload reaper to every connection once: a
+// connection whose pending count is still above max-pending at the poller's
+// tick is withdrawn (close 4003).
+func (e *Engine) ReapOverloaded() {
+	t := e.tuning()
+	now := e.now()
+	e.mu.RLock()
+	var over []*Member
+	for _, m := range e.byID {
+		if OverloadReaper(t, int(m.pending.Load()), now.Sub(m.connectedAt)) {
+			over = append(over, m)
+		}
+	}
+	e.mu.RUnlock()
+	for _, m := range over {
+		e.withdraw(m, protocol.ClosePending, fmt.Sprintf("withdrawn: %d unacknowledged messages exceed max-pending %d", m.pending.Load(), t.MaxPending), ReasonOverload)
+	}
 }
 
 func (e *Engine) redeliver(ctx context.Context) {

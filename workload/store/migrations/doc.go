@@ -6,10 +6,10 @@
 //
 // Each dialect has its own folder of files named NNNN_description.sql with
 // goose's "-- +goose Up" and "-- +goose Down" sections: sqlite/ for the
-// embedded store (package ../sqlite). A postgres/ folder joins it when the
-// PostgreSQL store lands; add it to the embed pattern then (an embed pattern
-// that matches nothing fails the build, which is why only sqlite/ is listed
-// today).
+// embedded store (package ../sqlite) and postgres/ for the PostgreSQL store
+// (package ../postgres). Both describe the same schema shape. A new dialect
+// folder must be added to the embed pattern (an embed pattern that matches
+// nothing fails the build).
 //
 // Files are append-only once released: a schema change is a new numbered
 // file, never an edit of an applied one, because goose records applied

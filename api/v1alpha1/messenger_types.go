@@ -1,0 +1,413 @@
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Backend is where the outbox lives. History is always in PostgreSQL.
+// +kubebuilder:validation:Enum=postgres;kafka
+type Backend string
+
+const (
+	// BackendPostgres keeps the outbox in PostgreSQL, next to history.
+	BackendPostgres Backend = "postgres"
+	// BackendKafka keeps the outbox in a Kafka topic partitioned by recipient.
+	BackendKafka Backend = "kafka"
+)
+
+// Annotations the operator reads or writes.
+const (
+	// PausedAnnotation set to "true" on a Messenger stops the controller
+	// from touching it or its children until it is removed or set to
+	// anything else.
+	PausedAnnotation = "tetra.dev/paused"
+	// ConfigHashAnnotation on the pod template holds the hash of the cold
+	// settings (backend, image, environment, referenced Secrets' versions);
+	// a change rolls the pods.
+	ConfigHashAnnotation = "tetra.dev/config-hash"
+	// RedisEpochAnnotation on the pod template holds the Redis epoch of the
+	// last failover that had to be handled by a restart.
+	RedisEpochAnnotation = "tetra.dev/redis-epoch"
+)
+
+// URLSecretRef names the key of a Secret, in the Messenger's namespace,
+// that holds a connection URL.
+type URLSecretRef struct {
+	// Name of the Secret.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+	// Key inside the Secret. Default "url".
+	// +kubebuilder:default=url
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	Key string `json:"key,omitempty"`
+}
+
+// JWTSecretRef names the key of a Secret, in the Messenger's namespace,
+// that holds the token-signing secret.
+type JWTSecretRef struct {
+	// Name of the Secret.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+	// Key inside the Secret. Default "secret".
+	// +kubebuilder:default=secret
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	Key string `json:"key,omitempty"`
+}
+
+// PostgreSQLSpec is the history store (and, with backend postgres, the
+// outbox).
+type PostgreSQLSpec struct {
+	// SecretRef points at the connection URL (postgres://user:pass@host/db).
+	SecretRef URLSecretRef `json:"secretRef"`
+}
+
+// RedisSentinelSpec names the Sentinel-managed master.
+type RedisSentinelSpec struct {
+	// MasterName is the name the Sentinels know the master by.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=128
+	MasterName string `json:"masterName"`
+	// Addresses of the Sentinels, host:port. The operator requires two of
+	// them (or the only one) to agree on the master.
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=16
+	// +listType=atomic
+	Addresses []SentinelAddress `json:"addresses"`
+}
+
+// SentinelAddress is a host:port.
+// +kubebuilder:validation:Pattern=`^[^:\s]+:[0-9]{1,5}$`
+// +kubebuilder:validation:MaxLength=262
+type SentinelAddress string
+
+// RedisSpec is the waterline index.
+type RedisSpec struct {
+	// SecretRef points at the Redis URL (redis:// or rediss://, with
+	// credentials and database). With Sentinel the URL supplies the
+	// credentials, database and TLS; the host comes from the Sentinels.
+	SecretRef URLSecretRef `json:"secretRef"`
+	// Sentinel, when set, finds the master through Redis Sentinel.
+	// +optional
+	Sentinel *RedisSentinelSpec `json:"sentinel,omitempty"`
+}
+
+// KafkaSpec is the outbox topic, used with backend kafka.
+type KafkaSpec struct {
+	// Brokers, host:port.
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=32
+	// +listType=atomic
+	Brokers []KafkaBroker `json:"brokers"`
+	// Topic of the outbox, partitioned by recipient.
+	// +kubebuilder:validation:Pattern=`^[a-zA-Z0-9._-]{1,249}$`
+	Topic string `json:"topic"`
+}
+
+// KafkaBroker is a host:port.
+// +kubebuilder:validation:Pattern=`^[^:,/\s]+:[0-9]{1,5}$`
+// +kubebuilder:validation:MaxLength=262
+type KafkaBroker string
+
+// JWTSpec is the secret that signs client and admin tokens.
+type JWTSpec struct {
+	// SecretRef points at the HS256 secret (at least 16 bytes). The
+	// operator mints short-lived admin tokens with it to call the
+	// workload's /admin/rebuild.
+	SecretRef JWTSecretRef `json:"secretRef"`
+}
+
+// RetentionSpec bounds how long data is kept. History must outlive the
+// outbox backstop (the paper's invariant I4): a message still in the outbox
+// must still be in history.
+// +kubebuilder:validation:XValidation:rule="!has(self.history) || !has(self.outboxBackstop) || duration(self.history) > duration(self.outboxBackstop)",message="spec.retention.history must exceed spec.retention.outboxBackstop (invariant I4: history outlives every outbox row)",fieldPath=".history"
+type RetentionSpec struct {
+	// History older than this is purged. Default 2160h (90 days).
+	// +kubebuilder:default="2160h"
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1h') && duration(self) <= duration('876000h')",message="spec.retention.history must be between 1h and 876000h"
+	// +optional
+	History *metav1.Duration `json:"history,omitempty"`
+	// OutboxBackstop: outbox rows older than this are deleted even when a
+	// recipient still pins them. Default 26h.
+	// +kubebuilder:default="26h"
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1m') && duration(self) <= duration('8760h')",message="spec.retention.outboxBackstop must be between 1m and 8760h"
+	// +optional
+	OutboxBackstop *metav1.Duration `json:"outboxBackstop,omitempty"`
+}
+
+// DeliverySpec holds the delivery thresholds. All of them are hot: a change
+// reaches running pods through the tuning ConfigMap without a restart.
+type DeliverySpec struct {
+	// Lease: a sent, unacknowledged message is re-delivered after this
+	// long. Default 10s.
+	// +kubebuilder:default="10s"
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('100ms') && duration(self) <= duration('1h')",message="spec.delivery.lease must be between 100ms and 1h"
+	// +optional
+	Lease *metav1.Duration `json:"lease,omitempty"`
+	// MaxDeliveryAttempts: a message sent this many times without an ack
+	// withdraws its recipient from live delivery. Default 3.
+	// +kubebuilder:default=3
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	// +optional
+	MaxDeliveryAttempts int32 `json:"maxDeliveryAttempts,omitempty"`
+	// MaxPending: a client with more unacknowledged messages than this is
+	// withdrawn. Default 20.
+	// +kubebuilder:default=20
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100000
+	// +optional
+	MaxPending int32 `json:"maxPending,omitempty"`
+	// ReconnectGrace: the reapers spare connections younger than this.
+	// Default 0s.
+	// +kubebuilder:default="0s"
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="duration(self) <= duration('1h')",message="spec.delivery.reconnectGrace must be between 0s and 1h"
+	// +optional
+	ReconnectGrace *metav1.Duration `json:"reconnectGrace,omitempty"`
+	// PingInterval is the server's ping cadence. Default 15s.
+	// +kubebuilder:default="15s"
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('100ms') && duration(self) <= duration('10m')",message="spec.delivery.pingInterval must be between 100ms and 10m"
+	// +optional
+	PingInterval *metav1.Duration `json:"pingInterval,omitempty"`
+	// IdleTimeout: a connection silent for pingInterval+idleTimeout is
+	// closed as idle (the workload's ping timeout). Default 10s.
+	// +kubebuilder:default="10s"
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('100ms') && duration(self) <= duration('10m')",message="spec.delivery.idleTimeout must be between 100ms and 10m"
+	// +optional
+	IdleTimeout *metav1.Duration `json:"idleTimeout,omitempty"`
+	// GCGrace: an outbox row younger than this is never deleted. Default 5s.
+	// +kubebuilder:default="5s"
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="duration(self) <= duration('1h')",message="spec.delivery.gcGrace must be between 0s and 1h"
+	// +optional
+	GCGrace *metav1.Duration `json:"gcGrace,omitempty"`
+	// GCInterval is the waterline GC's cadence. Default 1s.
+	// +kubebuilder:default="1s"
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('10ms') && duration(self) <= duration('1h')",message="spec.delivery.gcInterval must be between 10ms and 1h"
+	// +optional
+	GCInterval *metav1.Duration `json:"gcInterval,omitempty"`
+	// PollInterval is the outbox poller's cadence. Default 100ms.
+	// +kubebuilder:default="100ms"
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1ms') && duration(self) <= duration('1m')",message="spec.delivery.pollInterval must be between 1ms and 1m"
+	// +optional
+	PollInterval *metav1.Duration `json:"pollInterval,omitempty"`
+	// PollBatch is the most rows the poller reads per scan. Default 6000.
+	// +kubebuilder:default=6000
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000000
+	// +optional
+	PollBatch int32 `json:"pollBatch,omitempty"`
+}
+
+// LimitsSpec holds the per-pod and per-connection limits.
+type LimitsSpec struct {
+	// InboundQueue is the inbound queue's capacity; beyond it sends are
+	// shed as overloaded. Cold: a change rolls the pods. Default 8000.
+	// +kubebuilder:default=8000
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000000
+	// +optional
+	InboundQueue int32 `json:"inboundQueue,omitempty"`
+	// MaxBodyBytes is the largest message body, in bytes. Default 4096.
+	// +kubebuilder:default=4096
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=60000
+	// +optional
+	MaxBodyBytes int32 `json:"maxBodyBytes,omitempty"`
+	// MaxInFlightSends is the per-connection credit of unanswered sends.
+	// Default 64.
+	// +kubebuilder:default=64
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100000
+	// +optional
+	MaxInFlightSends int32 `json:"maxInFlightSends,omitempty"`
+	// SendsPerSecond is the per-connection send rate. Default 50.
+	// +kubebuilder:default=50
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000000
+	// +optional
+	SendsPerSecond int32 `json:"sendsPerSecond,omitempty"`
+}
+
+// MessengerSpec declares one messenger deployment.
+// +kubebuilder:validation:XValidation:rule="self.backend == 'kafka' ? has(self.kafka) : !has(self.kafka)",message="spec.kafka is required when spec.backend is kafka and must be omitted otherwise",fieldPath=".kafka"
+// +kubebuilder:validation:XValidation:rule="!has(self.replicas) || self.replicas <= 1 || has(self.redis)",message="spec.replicas > 1 requires spec.redis: the embedded in-process index serves a single instance",fieldPath=".replicas"
+type MessengerSpec struct {
+	// Backend is where the outbox lives: postgres or kafka. History is
+	// always in PostgreSQL. Cold: a change rolls the pods.
+	// +kubebuilder:default=postgres
+	// +optional
+	Backend Backend `json:"backend,omitempty"`
+
+	// Image of the workload. Empty: the operator's default image.
+	// +kubebuilder:validation:MaxLength=512
+	// +optional
+	Image string `json:"image,omitempty"`
+	// ImagePullPolicy of the workload container.
+	// +kubebuilder:validation:Enum=Always;IfNotPresent;Never
+	// +optional
+	ImagePullPolicy corev1.PullPolicy `json:"imagePullPolicy,omitempty"`
+	// Replicas of the workload. More than one requires spec.redis.
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100
+	// +optional
+	Replicas *int32 `json:"replicas,omitempty"`
+	// Resources of the workload container.
+	// +optional
+	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
+
+	// PostgreSQL holds history (and the outbox with backend postgres).
+	PostgreSQL PostgreSQLSpec `json:"postgresql"`
+	// Redis holds the waterline index. Without it each pod keeps the
+	// index in process, which allows a single replica only.
+	// +optional
+	Redis *RedisSpec `json:"redis,omitempty"`
+	// Kafka is the outbox topic; required exactly when backend is kafka.
+	// +optional
+	Kafka *KafkaSpec `json:"kafka,omitempty"`
+	// JWT is the token-signing secret.
+	JWT JWTSpec `json:"jwt"`
+
+	// Retention of history and the outbox backstop.
+	// +kubebuilder:default={}
+	// +optional
+	Retention RetentionSpec `json:"retention,omitempty"`
+	// Delivery thresholds (hot).
+	// +kubebuilder:default={}
+	// +optional
+	Delivery DeliverySpec `json:"delivery,omitempty"`
+	// Limits per pod and per connection.
+	// +kubebuilder:default={}
+	// +optional
+	Limits LimitsSpec `json:"limits,omitempty"`
+}
+
+// Condition types of a Messenger.
+const (
+	// ConditionReady: every desired replica runs the current configuration
+	// and is ready.
+	ConditionReady = "Ready"
+	// ConditionProgressing: a rollout is under way.
+	ConditionProgressing = "Progressing"
+	// ConditionDegraded: something needs a human (a missing Secret, an
+	// unreachable or ambiguous Redis, an invalid tuning).
+	ConditionDegraded = "Degraded"
+)
+
+// RedisIdentity is what the operator last accepted as the Redis master.
+type RedisIdentity struct {
+	// RunID changes when the Redis process restarts.
+	RunID string `json:"runID"`
+	// MasterReplID changes when a replica is promoted.
+	MasterReplID string `json:"masterReplID"`
+	// Address the identity was read from (informational; never compared).
+	// +optional
+	Address string `json:"address,omitempty"`
+	// Epoch counts the failovers the operator has handled, starting at 0
+	// for the first identity seen.
+	Epoch int64 `json:"epoch"`
+	// RestartEpoch is the epoch written into the pod template because a
+	// failover could not be handled by the rebuild endpoint; 0 when none.
+	// +optional
+	RestartEpoch int64 `json:"restartEpoch,omitempty"`
+	// Since is when this identity was accepted.
+	// +optional
+	Since *metav1.Time `json:"since,omitempty"`
+}
+
+// WatermarkRebuild records the last rebuild the operator asked for.
+type WatermarkRebuild struct {
+	// Time the rebuild was requested.
+	Time metav1.Time `json:"time"`
+	// Reason, for example RedisFailover.
+	Reason string `json:"reason"`
+	// Method is Endpoint (POST /admin/rebuild on every ready pod) or
+	// Restart (the Redis epoch was written into the pod template).
+	// +kubebuilder:validation:Enum=Endpoint;Restart
+	Method string `json:"method"`
+	// Epoch of the Redis identity that caused it.
+	Epoch int64 `json:"epoch"`
+	// Pods that acknowledged the rebuild (Endpoint only).
+	// +optional
+	Pods int32 `json:"pods,omitempty"`
+}
+
+// MessengerStatus is the observed state.
+type MessengerStatus struct {
+	// ObservedGeneration is the generation the status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// Conditions: Ready, Progressing, Degraded.
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// Replicas is the desired replica count rolled out.
+	// +optional
+	Replicas int32 `json:"replicas,omitempty"`
+	// ReadyReplicas of the workload Deployment.
+	// +optional
+	ReadyReplicas int32 `json:"readyReplicas,omitempty"`
+	// ConfigHash is the hash of the cold settings in the pod template.
+	// +optional
+	ConfigHash string `json:"configHash,omitempty"`
+	// Redis is the Redis identity last accepted.
+	// +optional
+	Redis *RedisIdentity `json:"redis,omitempty"`
+	// LastRebuild is the last watermark rebuild the operator requested.
+	// +optional
+	LastRebuild *WatermarkRebuild `json:"lastRebuild,omitempty"`
+}
+
+// Messenger is a tetra messenger deployment.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=msgr;msgrs,categories=tetra
+// +kubebuilder:printcolumn:name="Backend",type=string,JSONPath=`.spec.backend`
+// +kubebuilder:printcolumn:name="Replicas",type=integer,JSONPath=`.spec.replicas`
+// +kubebuilder:printcolumn:name="Ready",type=integer,JSONPath=`.status.readyReplicas`
+// +kubebuilder:printcolumn:name="Status",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type Messenger struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   MessengerSpec   `json:"spec"`
+	Status MessengerStatus `json:"status,omitempty"`
+}
+
+// MessengerList is a list of Messengers.
+// +kubebuilder:object:root=true
+type MessengerList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []Messenger `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&Messenger{}, &MessengerList{})
+}

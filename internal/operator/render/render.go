@@ -1,0 +1,386 @@
+package render
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+
+	tetrav1 "github.com/tetra-messenger/tetra/api/v1alpha1"
+	"github.com/tetra-messenger/tetra/workload/config"
+)
+
+// Fixed paths and ports of the workload container.
+const (
+	ContainerName = "tetra"
+	HTTPPort      = 8080
+	TuningDir     = "/etc/tetra/tuning"
+	DataDir       = "/var/lib/tetra"
+	// RunAsUser is the non-root user of the image (distroless "nonroot").
+	RunAsUser = 65532
+
+	// DefaultURLKey and DefaultJWTKey are the Secret keys used when a
+	// reference names none (the schema defaults them too).
+	DefaultURLKey = "url"
+	DefaultJWTKey = "secret"
+)
+
+// Labels set on every rendered object.
+const (
+	LabelName      = "app.kubernetes.io/name"
+	LabelInstance  = "app.kubernetes.io/instance"
+	LabelComponent = "app.kubernetes.io/component"
+	LabelManagedBy = "app.kubernetes.io/managed-by"
+	// ManagedBy is the value of LabelManagedBy; the operator's cache only
+	// holds ConfigMaps, Deployments, Services and PDBs carrying it.
+	ManagedBy = "tetra-operator"
+)
+
+// ErrNoImage is returned when neither the Messenger nor the operator names
+// an image.
+var ErrNoImage = errors.New("render: no image: set spec.image or the operator's --default-image")
+
+// Inputs are what the controller resolved outside the Messenger.
+type Inputs struct {
+	// DefaultImage is used when spec.image is empty.
+	DefaultImage string
+	// SecretVersions maps the name of each referenced Secret to its
+	// resourceVersion. It feeds the config hash, so a rotation rolls.
+	SecretVersions map[string]string
+	// RestartEpoch, when above 0, is written into the pod template as
+	// RedisEpochAnnotation: the Redis epoch of the last failover that had
+	// to be handled by restarting the pods.
+	RestartEpoch int64
+}
+
+// Objects are the rendered children of a Messenger.
+type Objects struct {
+	ConfigMap  *corev1.ConfigMap
+	Deployment *appsv1.Deployment
+	Service    *corev1.Service
+	// PDB is nil with one replica or none.
+	PDB *policyv1.PodDisruptionBudget
+	// ConfigHash is the hash written on the pod template.
+	ConfigHash string
+}
+
+// Names of the children.
+func DeploymentName(m *tetrav1.Messenger) string { return m.Name }
+func ServiceName(m *tetrav1.Messenger) string    { return m.Name }
+func PDBName(m *tetrav1.Messenger) string        { return m.Name }
+func ConfigMapName(m *tetrav1.Messenger) string  { return m.Name + "-tuning" }
+
+// SelectorLabels select the pods of a Messenger.
+func SelectorLabels(m *tetrav1.Messenger) map[string]string {
+	return map[string]string{LabelName: "tetra", LabelInstance: m.Name}
+}
+
+// Labels are set on every child and on the pods.
+func Labels(m *tetrav1.Messenger) map[string]string {
+	l := SelectorLabels(m)
+	l[LabelComponent] = "messenger"
+	l[LabelManagedBy] = ManagedBy
+	return l
+}
+
+// Replicas is spec.replicas with its default.
+func Replicas(m *tetrav1.Messenger) int32 {
+	if m.Spec.Replicas == nil {
+		return 1
+	}
+	return *m.Spec.Replicas
+}
+
+// SecretNames are the Secrets a Messenger references, sorted, without
+// duplicates.
+func SecretNames(m *tetrav1.Messenger) []string {
+	set := map[string]bool{m.Spec.PostgreSQL.SecretRef.Name: true, m.Spec.JWT.SecretRef.Name: true}
+	if m.Spec.Redis != nil {
+		set[m.Spec.Redis.SecretRef.Name] = true
+	}
+	out := make([]string, 0, len(set))
+	for n := range set {
+		if n != "" {
+			out = append(out, n)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// SecretKey returns key, or def when key is empty.
+func SecretKey(key, def string) string {
+	if key == "" {
+		return def
+	}
+	return key
+}
+
+// Tuning returns the hot settings of m: config.Default() overridden by every
+// field the spec sets, validated by config.Tuning.Validate (whose error
+// names the key).
+func Tuning(m *tetrav1.Messenger) (config.Tuning, error) {
+	t := config.Default()
+	d, r, l := m.Spec.Delivery, m.Spec.Retention, m.Spec.Limits
+	dur := func(dst *time.Duration, src *metav1.Duration) {
+		if src != nil {
+			*dst = src.Duration
+		}
+	}
+	num := func(dst *int, src int32) {
+		if src != 0 {
+			*dst = int(src)
+		}
+	}
+	dur(&t.Lease, d.Lease)
+	num(&t.MaxDeliveryAttempts, d.MaxDeliveryAttempts)
+	num(&t.MaxPending, d.MaxPending)
+	dur(&t.ReconnectGrace, d.ReconnectGrace)
+	dur(&t.PingInterval, d.PingInterval)
+	dur(&t.PingTimeout, d.IdleTimeout)
+	dur(&t.GCGrace, d.GCGrace)
+	dur(&t.GCInterval, d.GCInterval)
+	dur(&t.PollInterval, d.PollInterval)
+	num(&t.PollBatch, d.PollBatch)
+	dur(&t.HistoryRetention, r.History)
+	dur(&t.OutboxRetention, r.OutboxBackstop)
+	num(&t.MaxBodyBytes, l.MaxBodyBytes)
+	num(&t.MaxInFlightSends, l.MaxInFlightSends)
+	num(&t.SendsPerSecond, l.SendsPerSecond)
+	if err := t.Validate(); err != nil {
+		return t, fmt.Errorf("render: tuning: %w", err)
+	}
+	return t, nil
+}
+
+// InboundQueue is spec.limits.inboundQueue with its default.
+func InboundQueue(m *tetrav1.Messenger) int32 {
+	if m.Spec.Limits.InboundQueue == 0 {
+		return 8000
+	}
+	return m.Spec.Limits.InboundQueue
+}
+
+// Backend is spec.backend with its default.
+func Backend(m *tetrav1.Messenger) tetrav1.Backend {
+	if m.Spec.Backend == "" {
+		return tetrav1.BackendPostgres
+	}
+	return m.Spec.Backend
+}
+
+// Env is the workload container's environment, sorted by name: the cold
+// settings. Secret values are references, never copied.
+func Env(m *tetrav1.Messenger) []corev1.EnvVar {
+	fromSecret := func(name, key string) *corev1.EnvVarSource {
+		return &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+			LocalObjectReference: corev1.LocalObjectReference{Name: name}, Key: key,
+		}}
+	}
+	env := []corev1.EnvVar{
+		{Name: "TETRA_ADDR", Value: ":" + strconv.Itoa(HTTPPort)},
+		{Name: "TETRA_DATA_DIR", Value: DataDir},
+		{Name: "TETRA_TUNING_DIR", Value: TuningDir},
+		{Name: "TETRA_LOG_FORMAT", Value: "json"},
+		{Name: "TETRA_INBOUND_QUEUE", Value: strconv.Itoa(int(InboundQueue(m)))},
+		{Name: "TETRA_STORE", ValueFrom: fromSecret(m.Spec.PostgreSQL.SecretRef.Name, SecretKey(m.Spec.PostgreSQL.SecretRef.Key, DefaultURLKey))},
+		{Name: "TETRA_JWT_SECRET", ValueFrom: fromSecret(m.Spec.JWT.SecretRef.Name, SecretKey(m.Spec.JWT.SecretRef.Key, DefaultJWTKey))},
+	}
+	if r := m.Spec.Redis; r != nil {
+		env = append(env, corev1.EnvVar{Name: "TETRA_INDEX", ValueFrom: fromSecret(r.SecretRef.Name, SecretKey(r.SecretRef.Key, DefaultURLKey))})
+		if s := r.Sentinel; s != nil {
+			addrs := make([]string, len(s.Addresses))
+			for i, a := range s.Addresses {
+				addrs[i] = string(a)
+			}
+			env = append(env,
+				corev1.EnvVar{Name: "TETRA_INDEX_SENTINEL_ADDRS", Value: strings.Join(addrs, ",")},
+				corev1.EnvVar{Name: "TETRA_INDEX_SENTINEL_MASTER", Value: s.MasterName})
+		}
+	}
+	if Backend(m) == tetrav1.BackendKafka && m.Spec.Kafka != nil {
+		brokers := make([]string, len(m.Spec.Kafka.Brokers))
+		for i, b := range m.Spec.Kafka.Brokers {
+			brokers[i] = string(b)
+		}
+		env = append(env, corev1.EnvVar{Name: "TETRA_OUTBOX", Value: "kafka://" + strings.Join(brokers, ",") + "/" + m.Spec.Kafka.Topic})
+	}
+	sort.Slice(env, func(i, j int) bool { return env[i].Name < env[j].Name })
+	return env
+}
+
+// Image is spec.image, or def.
+func Image(m *tetrav1.Messenger, def string) string {
+	if m.Spec.Image != "" {
+		return m.Spec.Image
+	}
+	return def
+}
+
+// ConfigHash hashes the cold settings: backend, image, pull policy, the
+// environment (sorted) and the referenced Secrets' resourceVersions (sorted
+// by name). Nothing else: not the live object, not the status, not the hot
+// settings, so a tuning change never rolls and a no-op never does either.
+func ConfigHash(m *tetrav1.Messenger, in Inputs) string {
+	type secretVersion struct{ Name, ResourceVersion string }
+	versions := make([]secretVersion, 0, len(in.SecretVersions))
+	for n, v := range in.SecretVersions {
+		versions = append(versions, secretVersion{n, v})
+	}
+	sort.Slice(versions, func(i, j int) bool { return versions[i].Name < versions[j].Name })
+	b, err := json.Marshal(struct {
+		Backend    tetrav1.Backend
+		Image      string
+		PullPolicy corev1.PullPolicy
+		Env        []corev1.EnvVar
+		Secrets    []secretVersion
+	}{Backend(m), Image(m, in.DefaultImage), m.Spec.ImagePullPolicy, Env(m), versions})
+	if err != nil { // plain structs of strings: cannot happen
+		panic(fmt.Sprintf("render: hash: %v", err))
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:16])
+}
+
+// Render renders the children of m. m must have a name, namespace and UID
+// (the owner reference needs them).
+func Render(m *tetrav1.Messenger, in Inputs) (Objects, error) {
+	tuning, err := Tuning(m)
+	if err != nil {
+		return Objects{}, err
+	}
+	image := Image(m, in.DefaultImage)
+	if image == "" {
+		return Objects{}, ErrNoImage
+	}
+	owner := []metav1.OwnerReference{*metav1.NewControllerRef(m, tetrav1.GroupVersion.WithKind("Messenger"))}
+	meta := func(name string) metav1.ObjectMeta {
+		return metav1.ObjectMeta{Name: name, Namespace: m.Namespace, Labels: Labels(m), OwnerReferences: owner}
+	}
+	hash := ConfigHash(m, in)
+
+	cm := &corev1.ConfigMap{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
+		ObjectMeta: meta(ConfigMapName(m)),
+		Data:       tuning.Render(),
+	}
+
+	podAnnotations := map[string]string{
+		tetrav1.ConfigHashAnnotation: hash,
+		"prometheus.io/scrape":       "true",
+		"prometheus.io/port":         strconv.Itoa(HTTPPort),
+		"prometheus.io/path":         "/metrics",
+	}
+	if in.RestartEpoch > 0 {
+		podAnnotations[tetrav1.RedisEpochAnnotation] = strconv.FormatInt(in.RestartEpoch, 10)
+	}
+	// Without Redis each pod has its own in-process index: two pods must
+	// never run at once, so replace instead of rolling.
+	strategy := appsv1.DeploymentStrategy{Type: appsv1.RecreateDeploymentStrategyType}
+	if m.Spec.Redis != nil {
+		strategy = appsv1.DeploymentStrategy{
+			Type: appsv1.RollingUpdateDeploymentStrategyType,
+			RollingUpdate: &appsv1.RollingUpdateDeployment{
+				MaxUnavailable: ptr.To(intstr.FromInt32(0)),
+				MaxSurge:       ptr.To(intstr.FromInt32(1)),
+			},
+		}
+	}
+	probe := func(path string, failures int32) *corev1.Probe {
+		return &corev1.Probe{
+			ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
+				Path: path, Port: intstr.FromString("http"), Scheme: corev1.URISchemeHTTP,
+			}},
+			PeriodSeconds: 10, TimeoutSeconds: 2, FailureThreshold: failures, SuccessThreshold: 1,
+		}
+	}
+	resources := *m.Spec.Resources.DeepCopy()
+	dep := &appsv1.Deployment{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
+		ObjectMeta: meta(DeploymentName(m)),
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(Replicas(m)),
+			Selector: &metav1.LabelSelector{MatchLabels: SelectorLabels(m)},
+			Strategy: strategy,
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: Labels(m), Annotations: podAnnotations},
+				Spec: corev1.PodSpec{
+					EnableServiceLinks:            ptr.To(false),
+					TerminationGracePeriodSeconds: ptr.To(int64(30)),
+					SecurityContext: &corev1.PodSecurityContext{
+						RunAsNonRoot:   ptr.To(true),
+						RunAsUser:      ptr.To(int64(RunAsUser)),
+						RunAsGroup:     ptr.To(int64(RunAsUser)),
+						FSGroup:        ptr.To(int64(RunAsUser)),
+						SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+					},
+					Containers: []corev1.Container{{
+						Name:            ContainerName,
+						Image:           image,
+						ImagePullPolicy: m.Spec.ImagePullPolicy,
+						Args:            []string{"serve"},
+						Env:             Env(m),
+						Ports: []corev1.ContainerPort{
+							{Name: "http", ContainerPort: HTTPPort, Protocol: corev1.ProtocolTCP},
+						},
+						LivenessProbe:  probe("/healthz", 3),
+						ReadinessProbe: probe("/readyz", 2),
+						Resources:      resources,
+						VolumeMounts: []corev1.VolumeMount{
+							{Name: "tuning", MountPath: TuningDir, ReadOnly: true},
+							{Name: "data", MountPath: DataDir},
+						},
+						SecurityContext: &corev1.SecurityContext{
+							AllowPrivilegeEscalation: ptr.To(false),
+							ReadOnlyRootFilesystem:   ptr.To(true),
+							Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+						},
+					}},
+					Volumes: []corev1.Volume{
+						{Name: "tuning", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+							LocalObjectReference: corev1.LocalObjectReference{Name: ConfigMapName(m)},
+						}}},
+						{Name: "data", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+					},
+				},
+			},
+		},
+	}
+
+	svc := &corev1.Service{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Service"},
+		ObjectMeta: meta(ServiceName(m)),
+		Spec: corev1.ServiceSpec{
+			Type:     corev1.ServiceTypeClusterIP,
+			Selector: SelectorLabels(m),
+			Ports: []corev1.ServicePort{{
+				Name: "http", Port: HTTPPort, TargetPort: intstr.FromString("http"), Protocol: corev1.ProtocolTCP,
+			}},
+		},
+	}
+
+	out := Objects{ConfigMap: cm, Deployment: dep, Service: svc, ConfigHash: hash}
+	if Replicas(m) > 1 {
+		out.PDB = &policyv1.PodDisruptionBudget{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "policy/v1", Kind: "PodDisruptionBudget"},
+			ObjectMeta: meta(PDBName(m)),
+			Spec: policyv1.PodDisruptionBudgetSpec{
+				MaxUnavailable: ptr.To(intstr.FromInt32(1)),
+				Selector:       &metav1.LabelSelector{MatchLabels: SelectorLabels(m)},
+			},
+		}
+	}
+	return out, nil
+}

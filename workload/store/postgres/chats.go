@@ -1,0 +1,275 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tetra-messenger/tetra/workload/history"
+)
+
+// Limits on chat input; a request beyond them fails with history.ErrInvalid.
+const (
+	// MaxUserIDBytes is the longest user id accepted, in bytes. User ids must
+	// also be valid UTF-8 without control characters.
+	MaxUserIDBytes = 128
+	// MaxTitleBytes is the longest group title accepted, in bytes, after
+	// surrounding white space is trimmed.
+	MaxTitleBytes = 256
+	// MaxGroupMembers is the largest group, creator included; CreateGroup and
+	// AddMember refuse to grow a group beyond it.
+	MaxGroupMembers = 1000
+)
+
+// validUser checks a user id; what names the argument in the error.
+func validUser(what, id string) error {
+	switch {
+	case id == "":
+		return fmt.Errorf("%w: %s is empty", history.ErrInvalid, what)
+	case len(id) > MaxUserIDBytes:
+		return fmt.Errorf("%w: %s is longer than %d bytes", history.ErrInvalid, what, MaxUserIDBytes)
+	case !utf8.ValidString(id):
+		return fmt.Errorf("%w: %s is not valid UTF-8", history.ErrInvalid, what)
+	case strings.ContainsFunc(id, unicode.IsControl):
+		return fmt.Errorf("%w: %s contains a control character", history.ErrInvalid, what)
+	}
+	return nil
+}
+
+// chatColumns reads a chat with its members sorted, in one statement (one
+// snapshot). The alias of chats must be c.
+const chatColumns = `c.id, c.kind, c.title, c.created_at,
+	array(SELECT m.user_id FROM members AS m WHERE m.chat_id = c.id ORDER BY m.user_id)`
+
+// scanChat scans chatColumns.
+func scanChat(row pgx.Row) (history.Chat, error) {
+	var c history.Chat
+	var created int64
+	if err := row.Scan(&c.ID, &c.Kind, &c.Title, &created, &c.Members); err != nil {
+		return history.Chat{}, err
+	}
+	c.CreatedAt = fromNanos(created)
+	return c, nil
+}
+
+// CreateDirect returns the direct chat of {a, b}, creating it when missing.
+// The pair is stored ordered, under a primary key, and created by one
+// INSERT ... ON CONFLICT DO NOTHING statement that writes the chat and its
+// members only when it wrote the pair, so the same chat comes back whichever
+// side asks and however many calls race, in any number of processes
+// (created is true for exactly one of them). Invalid user ids (see
+// MaxUserIDBytes) and a == b give ErrInvalid; store failures
+// ErrUnavailable.
+func (db *DB) CreateDirect(ctx context.Context, a, b string) (history.Chat, bool, error) {
+	if err := validUser("user id", a); err != nil {
+		return history.Chat{}, false, err
+	}
+	if err := validUser("member id", b); err != nil {
+		return history.Chat{}, false, err
+	}
+	if a == b {
+		return history.Chat{}, false, fmt.Errorf("%w: a direct chat needs two different users", history.ErrInvalid)
+	}
+	lo, hi := min(a, b), max(a, b)
+	// The chat usually exists already.
+	if c, found, err := db.directChat(ctx, lo, hi); err != nil || found {
+		return c, false, err
+	}
+	c := history.Chat{
+		ID:        newChatID(),
+		Kind:      history.KindDirect,
+		Members:   []string{lo, hi},
+		CreatedAt: fromNanos(nanos(time.Now())),
+	}
+	// The pair row decides. A concurrent insert of the same pair makes ON
+	// CONFLICT wait for its transaction; when that commits, this statement
+	// writes nothing. Foreign keys are checked at the end of the statement,
+	// when the chat row exists.
+	tag, err := db.pool.Exec(ctx, `WITH p AS (
+			INSERT INTO direct_pairs (user_a, user_b, chat_id) VALUES ($1, $2, $3)
+			ON CONFLICT (user_a, user_b) DO NOTHING
+			RETURNING chat_id
+		), c AS (
+			INSERT INTO chats (id, kind, title, created_at)
+			SELECT chat_id, 'direct', '', $4 FROM p
+			RETURNING id
+		)
+		INSERT INTO members (chat_id, user_id)
+		SELECT c.id, u FROM c, unnest(ARRAY[$1, $2]::text[]) AS u`,
+		lo, hi, c.ID, nanos(c.CreatedAt))
+	if err != nil {
+		return history.Chat{}, false, unavailable("create direct", err)
+	}
+	if tag.RowsAffected() == 2 {
+		return c, true, nil
+	}
+	// Another caller created it first; it has committed.
+	existing, found, err := db.directChat(ctx, lo, hi)
+	if err == nil && !found {
+		err = unavailable("create direct", fmt.Errorf("pair %s/%s conflicted but no chat holds it", lo, hi))
+	}
+	return existing, false, err
+}
+
+// directChat loads the direct chat of the ordered pair lo < hi.
+func (db *DB) directChat(ctx context.Context, lo, hi string) (history.Chat, bool, error) {
+	c, err := scanChat(db.pool.QueryRow(ctx, `SELECT `+chatColumns+`
+		FROM direct_pairs AS p JOIN chats AS c ON c.id = p.chat_id
+		WHERE p.user_a = $1 AND p.user_b = $2`, lo, hi))
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return history.Chat{}, false, nil
+	case err != nil:
+		return history.Chat{}, false, unavailable("create direct", err)
+	}
+	return c, true, nil
+}
+
+// CreateGroup creates a group chat of creator plus members, duplicates
+// removed, members sorted, in one statement. The title is trimmed of
+// surrounding white space and may be empty. Invalid user ids, a title over
+// MaxTitleBytes, not UTF-8 or containing NUL (PostgreSQL text cannot hold
+// it), and more than MaxGroupMembers members give ErrInvalid.
+func (db *DB) CreateGroup(ctx context.Context, creator, title string, members []string) (history.Chat, error) {
+	if err := validUser("creator id", creator); err != nil {
+		return history.Chat{}, err
+	}
+	title = strings.TrimSpace(title)
+	if len(title) > MaxTitleBytes {
+		return history.Chat{}, fmt.Errorf("%w: title is longer than %d bytes", history.ErrInvalid, MaxTitleBytes)
+	}
+	if !storable(title) {
+		return history.Chat{}, fmt.Errorf("%w: title is not valid UTF-8 or contains NUL", history.ErrInvalid)
+	}
+	all := make([]string, 0, len(members)+1)
+	all = append(all, creator)
+	for _, m := range members {
+		if err := validUser("member id", m); err != nil {
+			return history.Chat{}, err
+		}
+		all = append(all, m)
+	}
+	slices.Sort(all)
+	all = slices.Compact(all)
+	if len(all) > MaxGroupMembers {
+		return history.Chat{}, fmt.Errorf("%w: a group has at most %d members", history.ErrInvalid, MaxGroupMembers)
+	}
+	c := history.Chat{
+		ID:        newChatID(),
+		Kind:      history.KindGroup,
+		Title:     title,
+		Members:   all,
+		CreatedAt: fromNanos(nanos(time.Now())),
+	}
+	if _, err := db.pool.Exec(ctx, `WITH c AS (
+			INSERT INTO chats (id, kind, title, created_at) VALUES ($1, 'group', $2, $3)
+		)
+		INSERT INTO members (chat_id, user_id) SELECT $1, unnest($4::text[])`,
+		c.ID, c.Title, nanos(c.CreatedAt), all); err != nil {
+		return history.Chat{}, unavailable("create group", err)
+	}
+	return c, nil
+}
+
+// Chat returns the chat chatID with its members sorted, or ErrNotFound. It
+// reads one snapshot.
+func (db *DB) Chat(ctx context.Context, chatID string) (history.Chat, error) {
+	if !storable(chatID) {
+		return history.Chat{}, fmt.Errorf("%w: chat %q", history.ErrNotFound, chatID)
+	}
+	c, err := scanChat(db.pool.QueryRow(ctx, `SELECT `+chatColumns+` FROM chats AS c WHERE c.id = $1`, chatID))
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return history.Chat{}, fmt.Errorf("%w: chat %q", history.ErrNotFound, chatID)
+	case err != nil:
+		return history.Chat{}, unavailable("chat", err)
+	}
+	return c, nil
+}
+
+// ChatsOf lists the chats user is a member of, oldest first (by creation
+// time, then id), each with its members sorted, from one snapshot. An
+// unknown user has no chats; an invalid user id gives ErrInvalid.
+func (db *DB) ChatsOf(ctx context.Context, user string) ([]history.Chat, error) {
+	if err := validUser("user id", user); err != nil {
+		return nil, err
+	}
+	rows, err := db.pool.Query(ctx, `SELECT `+chatColumns+`
+		FROM members AS me JOIN chats AS c ON c.id = me.chat_id
+		WHERE me.user_id = $1 ORDER BY c.created_at, c.id`, user)
+	if err != nil {
+		return nil, unavailable("chats of", err)
+	}
+	chats, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (history.Chat, error) { return scanChat(row) })
+	if err != nil {
+		return nil, unavailable("chats of", err)
+	}
+	if chats == nil {
+		chats = []history.Chat{}
+	}
+	return chats, nil
+}
+
+// AddMember adds user to the group chatID on behalf of by and returns the
+// chat. Errors, in the order checked: ErrInvalid for bad user ids,
+// ErrNotFound for an unknown chat, ErrNotMember when by is not a member,
+// ErrInvalid for a direct chat or a group already at MaxGroupMembers.
+// Adding an existing member changes nothing. The chat row is locked (FOR NO
+// KEY UPDATE, which does not block Commit's foreign key checks) so
+// concurrent additions to one group cannot overshoot MaxGroupMembers, and
+// the membership epoch is bumped in the same transaction.
+func (db *DB) AddMember(ctx context.Context, chatID, by, user string) (history.Chat, error) {
+	if err := validUser("user id", by); err != nil {
+		return history.Chat{}, err
+	}
+	if err := validUser("member id", user); err != nil {
+		return history.Chat{}, err
+	}
+	if !storable(chatID) {
+		return history.Chat{}, fmt.Errorf("%w: chat %q", history.ErrNotFound, chatID)
+	}
+	tx, err := db.pool.Begin(ctx)
+	if err != nil {
+		return history.Chat{}, unavailable("add member", err)
+	}
+	defer txRollback(tx)
+	c, err := scanChat(tx.QueryRow(ctx, `SELECT `+chatColumns+` FROM chats AS c WHERE c.id = $1 FOR NO KEY UPDATE`, chatID))
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return history.Chat{}, fmt.Errorf("%w: chat %q", history.ErrNotFound, chatID)
+	case err != nil:
+		return history.Chat{}, unavailable("add member", err)
+	}
+	if !c.HasMember(by) {
+		return history.Chat{}, fmt.Errorf("%w: %q in chat %q", history.ErrNotMember, by, chatID)
+	}
+	if c.Kind != history.KindGroup {
+		return history.Chat{}, fmt.Errorf("%w: members can be added to group chats only", history.ErrInvalid)
+	}
+	if c.HasMember(user) {
+		return c, nil // the deferred rollback ends the read-only transaction
+	}
+	if len(c.Members) >= MaxGroupMembers {
+		return history.Chat{}, fmt.Errorf("%w: a group has at most %d members", history.ErrInvalid, MaxGroupMembers)
+	}
+	b := &pgx.Batch{}
+	b.Queue(`INSERT INTO members (chat_id, user_id) VALUES ($1, $2)`, chatID, user)
+	// Invalidates every process's cache of member lists (see Commit).
+	b.Queue(`UPDATE membership_epoch SET epoch = epoch + 1 WHERE id = 1`)
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return history.Chat{}, unavailable("add member", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return history.Chat{}, unavailable("add member", err)
+	}
+	i, _ := slices.BinarySearch(c.Members, user)
+	c.Members = slices.Insert(c.Members, i, user)
+	return c, nil
+}

@@ -1,0 +1,609 @@
+package postgres
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tetra-messenger/tetra/workload/history"
+)
+
+// maxCommitAttempts bounds how often Commit starts over when the membership
+// epoch moved, or another transaction took a key or message id, between
+// its reads and its writes.
+const maxCommitAttempts = 8
+
+// validDraft checks what the ingest stage must have filled in, and that
+// every text can be stored (PostgreSQL text holds neither NUL nor invalid
+// UTF-8).
+func validDraft(d history.Draft) error {
+	switch {
+	case d.ID == "":
+		return fmt.Errorf("%w: draft has no message id", history.ErrInvalid)
+	case d.CorrelationID == "":
+		return fmt.Errorf("%w: correlationId is empty", history.ErrInvalid)
+	case d.SentAt.Before(minTime) || d.SentAt.After(maxTime):
+		return fmt.Errorf("%w: draft sentAt %v is unset or out of range", history.ErrInvalid, d.SentAt)
+	case !storable(d.ID) || !storable(d.CorrelationID) || !storable(d.SenderDevice):
+		return fmt.Errorf("%w: message id, correlationId or device is not valid UTF-8 or contains NUL", history.ErrInvalid)
+	case !storable(d.Body):
+		return fmt.Errorf("%w: body is not valid UTF-8 or contains NUL", history.ErrInvalid)
+	}
+	return validUser("sender id", d.SenderID)
+}
+
+// Commit stores drafts in one transaction. For each draft in order: a draft
+// missing its id, correlation id, sender or a storable SentAt (years 1678 to
+// 2262), or with a text PostgreSQL cannot store (NUL, invalid UTF-8), gets
+// ErrInvalid; a (SenderID, CorrelationID) already in history, committed
+// earlier or earlier in this batch, gets Duplicate with the original message
+// (whatever chat the resend names); an unknown chat gets ErrNotFound, a
+// sender outside the chat ErrNotMember, a message id already used
+// ErrInvalid; otherwise the history row is inserted (its id is the Seq) and,
+// when Config.Outbox is on, one outbox row per member in member order (the
+// sender included), each CreatedAt the commit time. Per-draft errors store
+// nothing for that draft and do not fail the batch. Any other failure rolls
+// the whole batch back and returns an error wrapping history.ErrUnavailable.
+// Results carry SentAt in UTC as stored. An empty batch returns an empty
+// slice without touching the database.
+//
+// The transaction costs two round trips whatever the batch size: the first
+// opens it and reads the membership epoch, the keys and message ids already
+// used, and the member lists not cached; the second takes the append lock
+// (AppendLockKey), inserts every history row and every outbox row with one
+// statement, and commits. The lock is held for that second round trip only.
+// The insert checks that the membership epoch has not moved since the
+// member lists were read; if it has (a member was added meanwhile), or
+// another transaction took a key or message id in between, nothing is
+// written and Commit starts over.
+func (db *DB) Commit(ctx context.Context, drafts []history.Draft) ([]history.Result, error) {
+	return db.commit(ctx, drafts, nil)
+}
+
+// commitHooks are pause points for tests; production passes nil.
+type commitHooks struct {
+	// afterRead runs with the transaction open and its reads done, before
+	// the write round trip (so before the append lock).
+	afterRead func(ctx context.Context)
+	// beforeCommit runs with the lock held and the rows inserted, before
+	// COMMIT, which then goes in a round trip of its own.
+	beforeCommit func(ctx context.Context)
+}
+
+func (db *DB) commit(ctx context.Context, drafts []history.Draft, hooks *commitHooks) ([]history.Result, error) {
+	if len(drafts) == 0 {
+		return []history.Result{}, nil
+	}
+	for attempt := 1; ; attempt++ {
+		results, again, err := db.commitOnce(ctx, drafts, hooks)
+		if err != nil || !again {
+			return results, err
+		}
+		if attempt == maxCommitAttempts {
+			return nil, unavailable("commit", fmt.Errorf("memberships or keys kept changing during %d attempts", attempt))
+		}
+	}
+}
+
+// key is an idempotency key.
+type key struct{ sender, correlation string }
+
+// commitRun is the state of one attempt of a Commit.
+type commitRun struct {
+	db      *DB
+	drafts  []history.Draft
+	results []history.Result
+
+	epoch   int64
+	members map[string][]string // chat id -> sorted members, nil = unknown chat
+	byKey   map[key]history.Message
+	usedIDs map[string]bool // message ids in history
+
+	inserts []int       // indexes of drafts to insert, in order
+	planned map[key]int // keys of drafts to insert -> draft index
+	dupOf   map[int]int // draft index -> index of the earlier draft in this batch it duplicates
+}
+
+// commitOnce runs one attempt. again reports that the attempt wrote nothing
+// because the world moved between its reads and its writes.
+func (db *DB) commitOnce(ctx context.Context, drafts []history.Draft, hooks *commitHooks) (results []history.Result, again bool, err error) {
+	r := &commitRun{
+		db:      db,
+		drafts:  drafts,
+		results: make([]history.Result, len(drafts)),
+		planned: map[key]int{},
+		dupOf:   map[int]int{},
+	}
+	// What to read: chats, keys and ids of the drafts that pass validation.
+	var chats, senders, correlations, ids []string
+	valid := 0
+	for i, d := range drafts {
+		if err := validDraft(d); err != nil {
+			r.results[i].Err = err
+			continue
+		}
+		valid++
+		if storable(d.ChatID) {
+			chats = append(chats, d.ChatID)
+		}
+		senders = append(senders, d.SenderID)
+		correlations = append(correlations, d.CorrelationID)
+		ids = append(ids, d.ID)
+	}
+	if valid == 0 {
+		return r.results, false, nil
+	}
+	slices.Sort(chats)
+	chats = slices.Compact(chats)
+
+	conn, err := db.pool.Acquire(ctx)
+	if err != nil {
+		return nil, false, unavailable("commit", err)
+	}
+	defer conn.Release()
+	defer rollback(conn) // a no-op once committed
+
+	if err := r.read(ctx, conn, chats, senders, correlations, ids); err != nil {
+		return nil, false, err
+	}
+	if hooks != nil && hooks.afterRead != nil {
+		hooks.afterRead(ctx)
+	}
+	r.plan()
+	if len(r.inserts) == 0 {
+		// Nothing to write: duplicates and rule violations only. The
+		// deferred rollback ends the read-only transaction.
+		return r.results, false, nil
+	}
+	again, err = r.write(ctx, conn, hooks)
+	if err != nil || again {
+		return nil, again, err
+	}
+	return r.results, false, nil
+}
+
+// read is the first round trip: BEGIN and the reads, in one pipelined
+// batch. The epoch is read first, so member lists read after it are at
+// least as new as it. Member lists missing after that (chats of
+// duplicates, or every list when the epoch moved past the cache) cost one
+// more round trip.
+func (r *commitRun) read(ctx context.Context, conn *pgxpool.Conn, chats, senders, correlations, ids []string) error {
+	cacheEpoch, cached := r.db.cache.lookup(chats)
+	var uncached []string
+	for _, c := range chats {
+		if _, ok := cached[c]; !ok {
+			uncached = append(uncached, c)
+		}
+	}
+	b := &pgx.Batch{}
+	b.Queue(`BEGIN`)
+	b.Queue(`SELECT epoch FROM membership_epoch WHERE id = 1`)
+	b.Queue(`SELECT h.id, h.message_id, h.chat_id, h.sender_id, h.sender_device, h.correlation_id, h.body, h.sent_at
+		FROM unnest($1::text[], $2::text[]) AS k(sender_id, correlation_id)
+		JOIN history AS h ON h.sender_id = k.sender_id AND h.correlation_id = k.correlation_id`,
+		senders, correlations)
+	b.Queue(`SELECT message_id FROM history WHERE message_id = ANY($1::text[])`, ids)
+	if len(uncached) > 0 {
+		b.Queue(membersQuery, uncached)
+	}
+	br := conn.SendBatch(ctx, b)
+	err := func() error {
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+		if err := br.QueryRow().Scan(&r.epoch); err != nil {
+			return err
+		}
+		rows, _ := br.Query()
+		msgs, err := pgx.CollectRows(rows, scanMessage)
+		if err != nil {
+			return err
+		}
+		r.byKey = make(map[key]history.Message, len(msgs))
+		for _, m := range msgs {
+			r.byKey[key{m.SenderID, m.CorrelationID}] = m
+		}
+		rows, _ = br.Query()
+		used, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return err
+		}
+		r.usedIDs = make(map[string]bool, len(used))
+		for _, id := range used {
+			r.usedIDs[id] = true
+		}
+		r.members = map[string][]string{}
+		if len(uncached) > 0 {
+			if err := collectMembers(br, r.members); err != nil {
+				return err
+			}
+		}
+		return nil
+	}()
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return unavailable("commit: read", err)
+	}
+
+	// Lists read at or after r.epoch may be cached under it. Cached lists
+	// are usable when the cache was filled at r.epoch; a cache from a later
+	// epoch holds lists at least as new, and the insert's epoch check sends
+	// this attempt round again anyway.
+	fetched := maps.Clone(r.members)
+	if cacheEpoch >= r.epoch {
+		for c, ms := range cached {
+			if _, ok := r.members[c]; !ok {
+				r.members[c] = ms
+			}
+		}
+	}
+	// Chats queried already and not found are unknown; ask only for the
+	// others.
+	var missing []string
+	need := func(c string) {
+		if _, ok := r.members[c]; !ok && !slices.Contains(uncached, c) && !slices.Contains(missing, c) {
+			missing = append(missing, c)
+		}
+	}
+	for _, c := range chats {
+		need(c)
+	}
+	for _, m := range r.byKey {
+		need(m.ChatID)
+	}
+	if len(missing) > 0 {
+		rows, err := conn.Query(ctx, membersQuery, missing)
+		if err == nil {
+			err = collectMemberRows(rows, r.members)
+		}
+		if err != nil {
+			return unavailable("commit: members", err)
+		}
+		for _, c := range missing {
+			fetched[c] = r.members[c]
+		}
+	}
+	r.db.cache.store(r.epoch, fetched)
+	return nil
+}
+
+// membersQuery lists the members of the chats $1, sorted; a chat that
+// exists without members comes back once with a NULL member.
+const membersQuery = `SELECT c.id, m.user_id
+	FROM chats AS c LEFT JOIN members AS m ON m.chat_id = c.id
+	WHERE c.id = ANY($1::text[]) ORDER BY c.id, m.user_id`
+
+func collectMembers(br pgx.BatchResults, into map[string][]string) error {
+	rows, err := br.Query()
+	if err != nil {
+		return err
+	}
+	return collectMemberRows(rows, into)
+}
+
+// collectMemberRows reads membersQuery rows into into: an empty, non-nil
+// list for a chat without members. Chats not returned are unknown and stay
+// absent.
+func collectMemberRows(rows pgx.Rows, into map[string][]string) error {
+	defer rows.Close()
+	for rows.Next() {
+		var chat string
+		var member *string
+		if err := rows.Scan(&chat, &member); err != nil {
+			return err
+		}
+		ms := into[chat]
+		if ms == nil {
+			ms = []string{}
+		}
+		if member != nil {
+			ms = append(ms, *member)
+		}
+		into[chat] = ms
+	}
+	return rows.Err()
+}
+
+// scanMessage scans a history row: id, message_id, chat_id, sender_id,
+// sender_device, correlation_id, body, sent_at.
+func scanMessage(row pgx.CollectableRow) (history.Message, error) {
+	var m history.Message
+	var sentAt int64
+	err := row.Scan(&m.Seq, &m.ID, &m.ChatID, &m.SenderID, &m.SenderDevice, &m.CorrelationID, &m.Body, &sentAt)
+	m.SentAt = fromNanos(sentAt)
+	return m, err
+}
+
+// plan decides every valid draft from what read found, in draft order, the
+// way the SQLite store decides them one by one inside its transaction.
+func (r *commitRun) plan() {
+	for i, d := range r.drafts {
+		if r.results[i].Err != nil {
+			continue
+		}
+		k := key{d.SenderID, d.CorrelationID}
+		ms, known := r.members[d.ChatID]
+		if _, member := slices.BinarySearch(ms, d.SenderID); !known || !member {
+			// A resend of a committed message is a duplicate whatever chat
+			// it names: the idempotency key is checked before the rules.
+			if r.duplicate(i, k) {
+				continue
+			}
+			if !known {
+				r.results[i].Err = fmt.Errorf("%w: chat %q", history.ErrNotFound, d.ChatID)
+				continue
+			}
+			r.results[i] = history.Result{
+				Err:     fmt.Errorf("%w: %q in chat %q", history.ErrNotMember, d.SenderID, d.ChatID),
+				Members: slices.Clone(ms),
+			}
+			continue
+		}
+		if r.duplicate(i, k) {
+			continue
+		}
+		if r.usedIDs[d.ID] {
+			r.results[i].Err = fmt.Errorf("%w: message id %q is already used", history.ErrInvalid, d.ID)
+			continue
+		}
+		r.usedIDs[d.ID] = true
+		r.planned[k] = i
+		r.inserts = append(r.inserts, i)
+		r.results[i] = history.Result{
+			Message: history.Message{
+				ID:            d.ID,
+				ChatID:        d.ChatID,
+				SenderID:      d.SenderID,
+				SenderDevice:  d.SenderDevice,
+				CorrelationID: d.CorrelationID,
+				Body:          d.Body,
+				SentAt:        fromNanos(nanos(d.SentAt)),
+			},
+			Members: slices.Clone(ms),
+		}
+	}
+}
+
+// duplicate fills the result of draft i when its key was committed before
+// or is planned earlier in this batch, and reports whether it did.
+func (r *commitRun) duplicate(i int, k key) bool {
+	if orig, ok := r.byKey[k]; ok {
+		r.results[i] = history.Result{Message: orig, Duplicate: true, Members: slices.Clone(r.members[orig.ChatID])}
+		return true
+	}
+	if j, ok := r.planned[k]; ok {
+		// Completed with the original's Seq once it is inserted.
+		r.dupOf[i] = j
+		r.results[i] = history.Result{Duplicate: true, Members: slices.Clone(r.results[j].Members)}
+		return true
+	}
+	return false
+}
+
+// insertSQL inserts the planned history rows and their outbox rows in one
+// statement, in draft order and, within a message, in member order, so ids
+// grow in that order (volatile defaults are evaluated after the ORDER BY).
+// Nothing is inserted when the membership epoch is no longer $8. The
+// result lists kind 0 (history id, message id), kind 1 (outbox id,
+// recipient, history id) and kind 2 (the current epoch).
+const insertSQL = `WITH d AS (
+		SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::bigint[])
+			WITH ORDINALITY AS x(message_id, chat_id, sender_id, sender_device, correlation_id, body, sent_at, ord)
+		WHERE (SELECT epoch FROM membership_epoch WHERE id = 1) = $8
+	), h AS (
+		INSERT INTO history (message_id, chat_id, sender_id, sender_device, correlation_id, body, sent_at)
+		SELECT message_id, chat_id, sender_id, sender_device, correlation_id, body, sent_at FROM d ORDER BY ord
+		RETURNING id, message_id
+	), o AS (
+		INSERT INTO outbox (recipient, history_id, created_at)
+		SELECT r.recipient, h.id, $11 FROM unnest($9::text[], $10::text[]) WITH ORDINALITY AS r(message_id, recipient, ord)
+		JOIN h ON h.message_id = r.message_id ORDER BY r.ord
+		RETURNING id, recipient, history_id
+	)
+	SELECT 0, id, message_id, 0::bigint FROM h
+	UNION ALL SELECT 1, id, recipient, history_id FROM o
+	UNION ALL SELECT 2, epoch, '', 0 FROM membership_epoch WHERE id = 1`
+
+// insertHistorySQL is insertSQL without outbox rows (Config.Outbox off):
+// the same parameters $1 to $8.
+const insertHistorySQL = `WITH d AS (
+		SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::bigint[])
+			WITH ORDINALITY AS x(message_id, chat_id, sender_id, sender_device, correlation_id, body, sent_at, ord)
+		WHERE (SELECT epoch FROM membership_epoch WHERE id = 1) = $8
+	), h AS (
+		INSERT INTO history (message_id, chat_id, sender_id, sender_device, correlation_id, body, sent_at)
+		SELECT message_id, chat_id, sender_id, sender_device, correlation_id, body, sent_at FROM d ORDER BY ord
+		RETURNING id, message_id
+	)
+	SELECT 0, id, message_id, 0::bigint FROM h
+	UNION ALL SELECT 2, epoch, '', 0 FROM membership_epoch WHERE id = 1`
+
+// write is the second round trip: the append lock, the insert and COMMIT,
+// in one pipelined batch. again reports that nothing was written because
+// the epoch moved or a key or message id was taken since read.
+func (r *commitRun) write(ctx context.Context, conn *pgxpool.Conn, hooks *commitHooks) (again bool, err error) {
+	n := len(r.inserts)
+	messageIDs := make([]string, n)
+	chatIDs := make([]string, n)
+	senders := make([]string, n)
+	devices := make([]string, n)
+	correlations := make([]string, n)
+	bodies := make([]string, n)
+	sentAts := make([]int64, n)
+	var rMessages, rRecipients []string
+	for j, i := range r.inserts {
+		m := r.results[i].Message
+		messageIDs[j], chatIDs[j], senders[j], devices[j] = m.ID, m.ChatID, m.SenderID, m.SenderDevice
+		correlations[j], bodies[j], sentAts[j] = m.CorrelationID, m.Body, nanos(m.SentAt)
+		if r.db.cfg.Outbox {
+			for _, member := range r.results[i].Members {
+				rMessages = append(rMessages, m.ID)
+				rRecipients = append(rRecipients, member)
+			}
+		}
+	}
+	createdAt := nanos(time.Now())
+
+	b := &pgx.Batch{}
+	b.Queue(`SELECT pg_advisory_xact_lock($1)`, AppendLockKey)
+	if r.db.cfg.Outbox {
+		b.Queue(insertSQL, messageIDs, chatIDs, senders, devices, correlations, bodies, sentAts, r.epoch,
+			rMessages, rRecipients, createdAt)
+	} else {
+		b.Queue(insertHistorySQL, messageIDs, chatIDs, senders, devices, correlations, bodies, sentAts, r.epoch)
+	}
+	pause := hooks != nil && hooks.beforeCommit != nil
+	if !pause {
+		b.Queue(`COMMIT`)
+	}
+	type out struct {
+		kind int
+		id   int64
+		text string
+		ref  int64
+	}
+	var outs []out
+	br := conn.SendBatch(ctx, b)
+	err = func() error {
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+		rows, _ := br.Query()
+		var o out
+		_, err := pgx.ForEachRow(rows, []any{&o.kind, &o.id, &o.text, &o.ref}, func() error {
+			outs = append(outs, o)
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		if !pause {
+			return commitTag(br.Exec())
+		}
+		return nil
+	}()
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil && pause {
+		hooks.beforeCommit(ctx)
+		err = commitTag(conn.Exec(ctx, `COMMIT`))
+	}
+	if pgCode(err) == codeUniqueViolation {
+		// A key or message id was committed by another transaction between
+		// read and write; the deferred rollback ends this one. Read again.
+		return true, nil
+	}
+	if err != nil {
+		return false, unavailable("commit: write", err)
+	}
+
+	seq := map[string]int64{}
+	deliveries := map[int64][]history.Delivery{}
+	epoch := int64(-1)
+	for _, o := range outs {
+		switch o.kind {
+		case 0:
+			seq[o.text] = o.id
+		case 1:
+			deliveries[o.ref] = append(deliveries[o.ref], history.Delivery{Recipient: o.text, Partition: Partition, Pos: o.id})
+		case 2:
+			epoch = o.id
+		}
+	}
+	if epoch != r.epoch {
+		// Members were added since the lists were read: nothing was
+		// inserted (the empty transaction committed). Read again.
+		if len(seq) != 0 {
+			return false, unavailable("commit", fmt.Errorf("epoch moved from %d to %d but %d rows were inserted", r.epoch, epoch, len(seq)))
+		}
+		return true, nil
+	}
+	if len(seq) != n {
+		return false, unavailable("commit", fmt.Errorf("%d history rows inserted, %d planned", len(seq), n))
+	}
+	for _, i := range r.inserts {
+		res := &r.results[i]
+		res.Message.Seq = seq[res.Message.ID]
+		if r.db.cfg.Outbox {
+			ds := deliveries[res.Message.Seq]
+			slices.SortFunc(ds, func(a, b history.Delivery) int { return cmp.Compare(a.Pos, b.Pos) })
+			if len(ds) != len(res.Members) {
+				return false, unavailable("commit", fmt.Errorf("message %s: %d outbox rows for %d members", res.Message.ID, len(ds), len(res.Members)))
+			}
+			res.Deliveries = ds
+		}
+	}
+	for i, j := range r.dupOf {
+		r.results[i].Message = r.results[j].Message
+	}
+	return false, nil
+}
+
+// errCommitRolledBack: COMMIT answered ROLLBACK, the transaction had failed.
+var errCommitRolledBack = errors.New("commit: the transaction was rolled back")
+
+// commitTag checks the outcome of a COMMIT.
+func commitTag(tag interface{ String() string }, err error) error {
+	if err != nil {
+		return err
+	}
+	if tag.String() != "COMMIT" {
+		return errCommitRolledBack
+	}
+	return nil
+}
+
+// maxCachedChats bounds the member cache; it is emptied when full.
+const maxCachedChats = 100_000
+
+// memberCache maps chat ids to sorted member lists, all read at or after
+// one membership epoch. Members are never removed, so an entry is exact
+// until the epoch moves. The epoch only goes forward.
+type memberCache struct {
+	mu    sync.Mutex
+	epoch int64
+	chats map[string][]string
+}
+
+// lookup returns the cache's epoch and the cached lists of chats.
+func (m *memberCache) lookup(chats []string) (int64, map[string][]string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	found := make(map[string][]string, len(chats))
+	for _, c := range chats {
+		if ms, ok := m.chats[c]; ok {
+			found[c] = ms
+		}
+	}
+	return m.epoch, found
+}
+
+// store adds lists read at or after epoch. A newer epoch empties the cache
+// first; lists of an older epoch than the cache's are dropped.
+func (m *memberCache) store(epoch int64, lists map[string][]string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if epoch < m.epoch {
+		return
+	}
+	if m.chats == nil || epoch > m.epoch || len(m.chats)+len(lists) > maxCachedChats {
+		m.chats = map[string][]string{}
+		m.epoch = epoch
+	}
+	for c, ms := range lists {
+		if ms != nil { // unknown chats are not cached: one may be created
+			m.chats[c] = ms
+		}
+	}
+}

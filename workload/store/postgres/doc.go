@@ -1,0 +1,40 @@
+// Package postgres is tetra's PostgreSQL store, the paper's deployment: chats,
+// members, message history, read receipts and the outbox in one database,
+// through pgx/v5 and a pgxpool connection pool. One *DB is both the
+// history.Store and the outbox.Log of the postgres mode; with Config.Outbox
+// off it stores history only, for a deployment whose log is Kafka. The schema
+// is the numbered goose migrations of package ../migrations (folder
+// postgres/), applied by Open, one process at a time; it has the shape of the
+// SQLite schema: history.id and outbox.id are BIGSERIALs (the Seq and the
+// log position), times are bigint Unix nanoseconds (timestamptz would drop
+// the nanoseconds of SentAt), and Page resolves a client's messageId cursor
+// to its Seq within the chat, starting over when it cannot (PROTOCOL.md §4).
+//
+// A BIGSERIAL id is drawn when a row is inserted, not when its transaction
+// commits, so concurrent transactions can commit out of id order, and a
+// follower scanning forward (id > last) would skip for ever a row that
+// commits after a higher one it has already seen. The store closes this with
+// one transaction-level advisory lock, AppendLockKey: every Commit takes
+// pg_advisory_xact_lock(AppendLockKey) before it draws any history or outbox
+// id and holds it until its commit, which PostgreSQL makes visible before it
+// releases the lock. Ids are therefore drawn in commit order across every
+// process sharing the database, and both the outbox scan and the history
+// Seq (which Page cursors and a Kafka relay follow) skip nothing. Head and
+// Stats take the same lock in shared mode before reading the outbox
+// sequence, so the head never names a row whose commit is still in flight.
+// The sequences must keep CACHE 1.
+//
+// The lock serializes appends, which group commit makes cheap: a Commit
+// carries a whole batch (36 messages by default) in two round trips, and the
+// lock is held for the second only. The first opens the transaction and
+// reads, in one pipelined batch, the membership epoch, the idempotency keys
+// and message ids already used, and the member lists not in the in-process
+// cache; the second takes the lock, inserts every history row and every
+// outbox row with one statement over unnest arrays, and commits. That
+// statement inserts nothing if the membership epoch (bumped by AddMember)
+// moved since the lists were read, and Commit then starts over, so the
+// member cache is never stale, even across processes. Every failure to
+// reach or use the database wraps history.ErrUnavailable (outbox.ErrUnavailable
+// for the log methods); errors name the database as user@host:port/name,
+// never with its password.
+package postgres

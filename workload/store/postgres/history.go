@@ -1,0 +1,156 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tetra-messenger/tetra/workload/history"
+)
+
+// Timestamps are stored as bigint Unix nanoseconds, which cover these years.
+var (
+	minTime = time.Unix(0, math.MinInt64).Add(time.Second)  // 1677-09-21
+	maxTime = time.Unix(0, math.MaxInt64).Add(-time.Second) // 2262-04-11
+)
+
+// pageQuery reads a page of a chat ($1) after the message $2, resolved to
+// its sequence only within the chat (0 when it does not resolve), limit $3.
+// It ranges over the history_chat index (chat_id, id).
+const pageQuery = `SELECT id, message_id, sender_id, sender_device, correlation_id, body, sent_at
+	FROM history
+	WHERE chat_id = $1
+	  AND id > coalesce((SELECT id FROM history WHERE message_id = $2 AND chat_id = $1), 0)
+	ORDER BY id LIMIT $3`
+
+// Page returns up to limit messages of chatID with a Seq above that of the
+// message sinceID, in Seq order, and whether more follow. The cursor is
+// resolved to its Seq by the server, within the chat: a sinceID that is
+// empty, unknown, purged or from another chat starts at the beginning of
+// the retained history (recovery degrades to a full sync, never to a gap).
+// limit < 1 gives ErrInvalid (callers cap the upper end); an unknown chat
+// ErrNotFound. One round trip.
+func (db *DB) Page(ctx context.Context, chatID, sinceID string, limit int) ([]history.Message, bool, error) {
+	if limit < 1 {
+		return nil, false, fmt.Errorf("%w: page limit %d, want at least 1", history.ErrInvalid, limit)
+	}
+	if !storable(chatID) {
+		return nil, false, fmt.Errorf("%w: chat %q", history.ErrNotFound, chatID)
+	}
+	if !storable(sinceID) {
+		sinceID = "" // matches no message: start at the beginning
+	}
+	b := &pgx.Batch{}
+	b.Queue(`SELECT EXISTS (SELECT 1 FROM chats WHERE id = $1)`, chatID)
+	// One row beyond the page tells whether more follow.
+	b.Queue(pageQuery, chatID, sinceID, int64(limit)+1)
+	br := db.pool.SendBatch(ctx, b)
+	defer br.Close()
+	var exists bool
+	if err := br.QueryRow().Scan(&exists); err != nil {
+		return nil, false, unavailable("page", err)
+	}
+	if !exists {
+		return nil, false, fmt.Errorf("%w: chat %q", history.ErrNotFound, chatID)
+	}
+	rows, _ := br.Query()
+	msgs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (history.Message, error) {
+		m := history.Message{ChatID: chatID}
+		var sentAt int64
+		err := row.Scan(&m.Seq, &m.ID, &m.SenderID, &m.SenderDevice, &m.CorrelationID, &m.Body, &sentAt)
+		m.SentAt = fromNanos(sentAt)
+		return m, err
+	})
+	if err != nil {
+		return nil, false, unavailable("page", err)
+	}
+	if err := br.Close(); err != nil {
+		return nil, false, unavailable("page", err)
+	}
+	if len(msgs) > limit {
+		return msgs[:limit:limit], true, nil
+	}
+	if msgs == nil {
+		msgs = []history.Message{}
+	}
+	return msgs, false, nil
+}
+
+// SaveReads upserts the read receipts with one statement: per (ChatID,
+// UserID) the row keeps the receipt with the latest At (a later receipt in
+// the same call wins a tie). A receipt with an empty ChatID, UserID or
+// MessageID, or one PostgreSQL text cannot hold (NUL, invalid UTF-8), fails
+// the call with ErrInvalid and nothing is saved. Chats and messages are not
+// checked; the caller has. An empty slice is a no-op.
+func (db *DB) SaveReads(ctx context.Context, reads []history.Read) error {
+	if len(reads) == 0 {
+		return nil
+	}
+	type pair struct{ chat, user string }
+	latest := make(map[pair]int, len(reads))
+	var order []pair
+	for i, r := range reads {
+		if r.ChatID == "" || r.UserID == "" || r.MessageID == "" {
+			return fmt.Errorf("%w: read receipt needs chat, user and message ids", history.ErrInvalid)
+		}
+		if !storable(r.ChatID) || !storable(r.UserID) || !storable(r.MessageID) {
+			return fmt.Errorf("%w: read receipt ids must be valid UTF-8 without NUL", history.ErrInvalid)
+		}
+		// One row per key: an upsert statement may not touch a row twice.
+		p := pair{r.ChatID, r.UserID}
+		if j, ok := latest[p]; !ok {
+			latest[p] = i
+			order = append(order, p)
+		} else if !r.At.Before(reads[j].At) {
+			latest[p] = i
+		}
+	}
+	chats := make([]string, len(order))
+	users := make([]string, len(order))
+	msgs := make([]string, len(order))
+	ats := make([]int64, len(order))
+	for k, p := range order {
+		r := reads[latest[p]]
+		chats[k], users[k], msgs[k], ats[k] = r.ChatID, r.UserID, r.MessageID, nanos(r.At)
+	}
+	if _, err := db.pool.Exec(ctx, `INSERT INTO reads (chat_id, user_id, message_id, at)
+		SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[])
+		ON CONFLICT (chat_id, user_id) DO UPDATE SET message_id = excluded.message_id, at = excluded.at
+		WHERE excluded.at >= reads.at`, chats, users, msgs, ats); err != nil {
+		return unavailable("save reads", err)
+	}
+	return nil
+}
+
+// PurgeHistory deletes up to limit history rows with SentAt before cutoff,
+// oldest SentAt first, and returns how many it deleted. The outbox rows of
+// those messages are deleted by the same statement, so no outbox row
+// outlives its history row (invariant I1; a foreign key enforces it).
+// limit < 1 gives ErrInvalid.
+func (db *DB) PurgeHistory(ctx context.Context, cutoff time.Time, limit int) (int64, error) {
+	if limit < 1 {
+		return 0, fmt.Errorf("%w: purge limit %d, want at least 1", history.ErrInvalid, limit)
+	}
+	if cutoff.Before(minTime) {
+		return 0, nil
+	}
+	cut := int64(math.MaxInt64)
+	if cutoff.Before(maxTime) {
+		cut = nanos(cutoff)
+	}
+	// One statement: the victims are chosen once, locked against a
+	// concurrent purge, and both deletes see them.
+	tag, err := db.pool.Exec(ctx, `WITH v AS (
+			SELECT id FROM history WHERE sent_at < $1 ORDER BY sent_at, id LIMIT $2 FOR UPDATE
+		), o AS (
+			DELETE FROM outbox WHERE history_id IN (SELECT id FROM v)
+		)
+		DELETE FROM history WHERE id IN (SELECT id FROM v)`, cut, int64(limit))
+	if err != nil {
+		return 0, unavailable("purge history", err)
+	}
+	return tag.RowsAffected(), nil
+}

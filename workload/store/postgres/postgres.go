@@ -1,0 +1,233 @@
+package postgres
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/oklog/ulid/v2"
+	"github.com/pressly/goose/v3"
+	"github.com/pressly/goose/v3/lock"
+
+	"github.com/tetra-messenger/tetra/workload/history"
+	"github.com/tetra-messenger/tetra/workload/outbox"
+	"github.com/tetra-messenger/tetra/workload/store/migrations"
+)
+
+// Compile-time checks: one *DB serves as both the history store and the
+// outbox log of the postgres mode.
+var (
+	_ history.Store = (*DB)(nil)
+	_ outbox.Log    = (*DB)(nil)
+)
+
+// AppendLockKey is the key of the transaction-level advisory lock that
+// serializes every transaction drawing history or outbox ids (Commit), in
+// every process sharing the database. Head and Stats take it in shared mode.
+// It shows in pg_locks as locktype 'advisory' with classid 0x74657472 and
+// objid 0x613a6f62 ("tetra:ob" in ASCII).
+const AppendLockKey int64 = 0x74657472_613a6f62
+
+// migrationLockKey is the session-level advisory lock that lets one process
+// at a time run the migrations.
+const migrationLockKey int64 = 0x74657472_613a6d67 // "tetra:mg"
+
+// DB is the PostgreSQL store: chats, members, history, read receipts and
+// the single-partition outbox log, over one pgx connection pool.
+//
+// Commit appends under AppendLockKey, so history and outbox ids are drawn
+// in commit order across processes, and a follower scanning forward by id
+// never skips a row that commits late. All methods are safe for concurrent
+// use.
+type DB struct {
+	cfg    Config
+	pool   *pgxpool.Pool
+	target string // user@host:port/database, for messages
+
+	// cache holds member lists for Commit, valid for one membership epoch.
+	cache memberCache
+
+	closeOnce sync.Once
+}
+
+// Open connects to cfg.URL, applies the embedded migrations (one process
+// at a time, under a session advisory lock), and returns the store. A bad
+// Config is reported with the field's name; a database that cannot be
+// reached or migrated gives an error naming user, host, port and database
+// (never the password) and wrapping history.ErrUnavailable. Close the DB
+// when done.
+func Open(ctx context.Context, cfg Config) (*DB, error) {
+	return open(ctx, cfg, nil)
+}
+
+// open is Open with a hook that may adjust the pool configuration (tests
+// install tracers with it).
+func open(ctx context.Context, cfg Config, tweak func(*pgxpool.Config)) (*DB, error) {
+	cfg, pc, err := cfg.validate()
+	if err != nil {
+		return nil, err
+	}
+	if tweak != nil {
+		tweak(pc)
+	}
+	db := &DB{cfg: cfg, target: target(pc)}
+	db.pool, err = pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, db.unreachable(err)
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			db.Close()
+		}
+	}()
+	if err := db.pool.Ping(ctx); err != nil {
+		return nil, db.unreachable(err)
+	}
+	if err := migrate(ctx, db.pool); err != nil {
+		return nil, fmt.Errorf("postgres: migrate %s: %w: %w", db.target, history.ErrUnavailable, err)
+	}
+	ok = true
+	return db, nil
+}
+
+// unreachable wraps a failure to connect, naming the database.
+func (db *DB) unreachable(err error) error {
+	return fmt.Errorf("postgres: connect to %s: %w: %w", db.target, history.ErrUnavailable, err)
+}
+
+// migrate applies the embedded PostgreSQL migrations that are not yet
+// applied, through database/sql on top of the pool.
+func migrate(ctx context.Context, pool *pgxpool.Pool) error {
+	sqlDB := stdlib.OpenDBFromPool(pool)
+	// Closing it releases its connections to the pool; the pool stays open.
+	defer sqlDB.Close()
+	// Not verbose, so goose logs nothing; no global registry, so Go
+	// migrations registered elsewhere in the binary cannot leak in.
+	p, err := goose.NewProvider(goose.DialectPostgres, sqlDB, migrations.Postgres(),
+		goose.WithDisableGlobalRegistry(true),
+		goose.WithSessionLocker(sessionLocker{}))
+	if err != nil {
+		return err
+	}
+	_, err = p.Up(ctx)
+	return err
+}
+
+// sessionLocker makes concurrent Opens of one database migrate one at a
+// time. It waits on the lock (cancelled with ctx) instead of polling every
+// few seconds as goose's own PostgreSQL locker does.
+type sessionLocker struct{}
+
+var _ lock.SessionLocker = sessionLocker{}
+
+func (sessionLocker) SessionLock(ctx context.Context, conn *sql.Conn) error {
+	_, err := conn.ExecContext(ctx, `SELECT pg_advisory_lock($1)`, migrationLockKey)
+	return err
+}
+
+func (sessionLocker) SessionUnlock(ctx context.Context, conn *sql.Conn) error {
+	_, err := conn.ExecContext(ctx, `SELECT pg_advisory_unlock($1)`, migrationLockKey)
+	return err
+}
+
+// Ping checks that the database answers. Errors wrap
+// history.ErrUnavailable.
+func (db *DB) Ping(ctx context.Context) error {
+	if err := db.pool.Ping(ctx); err != nil {
+		return unavailable("ping", err)
+	}
+	return nil
+}
+
+// Close closes the connection pool, waiting for connections in use to be
+// returned. It is idempotent and returns nil. Every other method fails with
+// ErrUnavailable after Close.
+func (db *DB) Close() error {
+	db.closeOnce.Do(func() {
+		if db.pool != nil {
+			db.pool.Close()
+		}
+	})
+	return nil
+}
+
+// Config returns the configuration the store runs with, defaults filled in.
+func (db *DB) Config() Config { return db.cfg }
+
+// unavailable wraps a backend failure for the history.Store methods.
+func unavailable(op string, err error) error {
+	return fmt.Errorf("postgres: %s: %w: %w", op, history.ErrUnavailable, err)
+}
+
+// logUnavailable wraps a backend failure for the outbox.Log methods.
+func logUnavailable(op string, err error) error {
+	return fmt.Errorf("postgres: outbox %s: %w: %w", op, outbox.ErrUnavailable, err)
+}
+
+// pgCode returns the SQLSTATE of err, or "" when it is not a server error.
+func pgCode(err error) string {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.Code
+	}
+	return ""
+}
+
+// SQLSTATEs the store tells apart.
+const (
+	codeUniqueViolation = "23505"
+)
+
+// storable reports whether s can be stored in a PostgreSQL text column:
+// valid UTF-8 without NUL bytes. A lookup key that is not storable matches
+// no row.
+func storable(s string) bool {
+	if !utf8.ValidString(s) {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// rollback ends the transaction open on conn, if any, so the connection can
+// go back to the pool; when that fails the pool discards the connection on
+// Release.
+func rollback(conn *pgxpool.Conn) {
+	pc := conn.Conn().PgConn()
+	if pc.IsClosed() || pc.TxStatus() == 'I' {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, _ = conn.Exec(ctx, "ROLLBACK")
+}
+
+// txRollback ends tx when it was not committed; after a Commit it is a
+// no-op.
+func txRollback(tx pgx.Tx) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = tx.Rollback(ctx)
+}
+
+// nanos converts t to the stored form: Unix nanoseconds.
+func nanos(t time.Time) int64 { return t.UnixNano() }
+
+// fromNanos converts a stored time back: UTC, nanoseconds kept.
+func fromNanos(n int64) time.Time { return time.Unix(0, n).UTC() }
+
+// newChatID mints a chat id: "c_" followed by a ULID.
+func newChatID() string { return "c_" + ulid.Make().String() }

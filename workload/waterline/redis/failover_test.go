@@ -1,0 +1,766 @@
+package redis_test
+
+// The failover tests run the real delivery engine over a real SQLite outbox
+// and this package's index on real redis-server processes, and break Redis
+// the two ways the design paper worries about:
+//
+//   - a stale replica is promoted: it kept the primed flag and an old copy of
+//     the pins, and misses what was written to the old master after it
+//     stopped replicating (the paper's open "stale-replica failover" edge);
+//   - the server restarts empty on the same address.
+//
+// In both the next GC pass must rebuild the index from the outbox before it
+// deletes anything, and delete none of bob's unacknowledged rows. Each case
+// also runs with the detection switched off (an index wrapper that keeps
+// reporting what the index said before the fault) and then asserts that GC
+// DOES delete unacknowledged rows: proof that the scenario really exercises
+// the check instead of passing by luck.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/tetra-messenger/tetra/workload/config"
+	"github.com/tetra-messenger/tetra/workload/delivery"
+	"github.com/tetra-messenger/tetra/workload/history"
+	"github.com/tetra-messenger/tetra/workload/internal/testenv"
+	"github.com/tetra-messenger/tetra/workload/store/sqlite"
+	"github.com/tetra-messenger/tetra/workload/waterline"
+	"github.com/tetra-messenger/tetra/workload/waterline/redis"
+)
+
+// ---- redis-server processes ----
+
+// server is a redis-server process on a fixed loopback port, without
+// persistence, so a restart comes back empty.
+type server struct {
+	t      *testing.T
+	bin    string
+	addr   string
+	dir    string
+	args   []string // before the common flags; a config file for Sentinel
+	cmd    *exec.Cmd
+	out    *bytes.Buffer
+	client *goredis.Client
+}
+
+func startServer(t *testing.T) *server {
+	t.Helper()
+	return startServerArgs(t, nil)
+}
+
+func startServerArgs(t *testing.T, setup func(*server)) *server {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		testenv.Unavailable(t, "redis-server (on PATH)", "Install it (apt-get install redis-server); the failover tests start their own servers.", err)
+	}
+	s := &server{t: t, bin: bin, addr: testenv.FreeAddr(t), dir: t.TempDir()}
+	if setup != nil {
+		setup(s)
+	}
+	s.start()
+	t.Cleanup(s.stop)
+	return s
+}
+
+// startSentinel starts a Sentinel monitoring master as "mymaster" with a
+// quorum of one and short timeouts.
+func startSentinel(t *testing.T, master *server) *server {
+	t.Helper()
+	s := startServerArgs(t, func(s *server) {
+		host, port, _ := net.SplitHostPort(master.addr)
+		conf := filepath.Join(s.dir, "sentinel.conf")
+		err := os.WriteFile(conf, []byte(fmt.Sprintf(
+			"sentinel monitor mymaster %s %s 1\n"+
+				"sentinel down-after-milliseconds mymaster 1000\n"+
+				"sentinel failover-timeout mymaster 5000\n", host, port)), 0o600)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.args = []string{conf, "--sentinel"}
+	})
+	return s
+}
+
+func (s *server) start() {
+	s.t.Helper()
+	_, port, _ := net.SplitHostPort(s.addr)
+	s.out = &bytes.Buffer{}
+	s.cmd = exec.Command(s.bin, append(slices.Clone(s.args), "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", s.dir,
+		"--repl-diskless-sync-delay", "0")...) // no 5 s wait before a full sync
+	s.cmd.Stdout, s.cmd.Stderr = s.out, s.out
+	if err := s.cmd.Start(); err != nil {
+		s.t.Fatalf("start redis-server on %s: %v", s.addr, err)
+	}
+	s.client = goredis.NewClient(&goredis.Options{Addr: s.addr, MaxRetries: -1})
+	waitFor(s.t, "redis-server on "+s.addr+" to answer", func() bool {
+		return s.client.Ping(context.Background()).Err() == nil
+	})
+}
+
+// kill stops the process at once (SIGKILL) and waits for it to exit.
+func (s *server) kill() {
+	if s.cmd == nil {
+		return
+	}
+	_ = s.cmd.Process.Kill()
+	_ = s.cmd.Wait()
+	s.client.Close()
+	s.cmd = nil
+}
+
+func (s *server) stop() {
+	if s.t.Failed() && s.out != nil {
+		s.t.Logf("redis-server %s output:\n%s", s.addr, s.out.String())
+	}
+	s.kill()
+}
+
+func (s *server) info(section string) map[string]string {
+	s.t.Helper()
+	txt, err := s.client.Info(context.Background(), section).Result()
+	if err != nil {
+		s.t.Fatalf("INFO %s on %s: %v", section, s.addr, err)
+	}
+	out := map[string]string{}
+	for line := range strings.SplitSeq(txt, "\n") {
+		if k, v, ok := strings.Cut(strings.TrimSpace(line), ":"); ok {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+func (s *server) do(args ...any) any {
+	s.t.Helper()
+	v, err := s.client.Do(context.Background(), args...).Result()
+	if err != nil {
+		s.t.Fatalf("%v on %s: %v", args, s.addr, err)
+	}
+	return v
+}
+
+// waitFor polls cond every 10ms for up to 10s. There is no event to wait on
+// for a server's readiness or a replication link, so this is the one place
+// the tests poll.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// ---- a TCP proxy: the stable address (a Kubernetes Service) ----
+
+type proxy struct {
+	ln     net.Listener
+	mu     sync.Mutex
+	target string
+	conns  map[net.Conn]struct{}
+	closed bool
+}
+
+func startProxy(t *testing.T, target string) *proxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &proxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
+	go p.serve()
+	t.Cleanup(p.close)
+	return p
+}
+
+func (p *proxy) addr() string { return p.ln.Addr().String() }
+
+func (p *proxy) serve() {
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		go p.handle(c)
+	}
+}
+
+func (p *proxy) handle(c net.Conn) {
+	// Dial and register under the lock, so a switch never leaves a
+	// connection to the old target open.
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		c.Close()
+		return
+	}
+	u, err := net.Dial("tcp", p.target)
+	if err != nil {
+		p.mu.Unlock()
+		c.Close()
+		return
+	}
+	p.conns[c], p.conns[u] = struct{}{}, struct{}{}
+	p.mu.Unlock()
+	go func() {
+		_, _ = io.Copy(u, c)
+		u.Close()
+		c.Close()
+	}()
+	_, _ = io.Copy(c, u)
+	c.Close()
+	u.Close()
+	p.mu.Lock()
+	delete(p.conns, c)
+	delete(p.conns, u)
+	p.mu.Unlock()
+}
+
+// switchTo points new connections at target and drops the existing ones, as
+// a Service does when its endpoint moves to the promoted pod.
+func (p *proxy) switchTo(target string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.target = target
+	for c := range p.conns {
+		c.Close()
+	}
+	clear(p.conns)
+}
+
+func (p *proxy) close() {
+	p.ln.Close()
+	p.switchTo("")
+	p.mu.Lock()
+	p.closed = true
+	p.mu.Unlock()
+}
+
+// ---- the engine's side: a fake socket and a rig ----
+
+// fakeConn is a delivery.Conn that records the message ids queued to it.
+type fakeConn struct {
+	id, user, device string
+	mu               sync.Mutex
+	got              []string
+	closed           int
+}
+
+func (c *fakeConn) ID() string     { return c.id }
+func (c *fakeConn) User() string   { return c.user }
+func (c *fakeConn) Device() string { return c.device }
+func (c *fakeConn) Enqueue(f []byte) bool {
+	var m struct {
+		Type      string `json:"type"`
+		MessageID string `json:"messageId"`
+	}
+	if err := json.Unmarshal(f, &m); err != nil || m.Type != "message" {
+		return true
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed != 0 {
+		return false
+	}
+	c.got = append(c.got, m.MessageID)
+	return true
+}
+func (c *fakeConn) Close(code int, _ string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed == 0 {
+		c.closed = code
+	}
+}
+
+// received returns how many times each message id was queued.
+func (c *fakeConn) received() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := map[string]int{}
+	for _, id := range c.got {
+		out[id]++
+	}
+	return out
+}
+
+// faultyIndex forwards to the real index, but once frozen keeps answering
+// State and/or Identity with what the index said at the freeze: the
+// detection switched off, for the counterfactual runs.
+type faultyIndex struct {
+	waterline.Index
+	mu    sync.Mutex
+	state *waterline.State
+	id    *string
+}
+
+func (f *faultyIndex) freeze(t *testing.T, state, identity bool) {
+	t.Helper()
+	ctx := context.Background()
+	st, err := f.Index.State(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := f.Index.Identity(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if state {
+		f.state = &st
+	}
+	if identity {
+		f.id = &id
+	}
+}
+
+func (f *faultyIndex) State(ctx context.Context) (waterline.State, error) {
+	f.mu.Lock()
+	st := f.state
+	f.mu.Unlock()
+	if st != nil {
+		return *st, nil
+	}
+	return f.Index.State(ctx)
+}
+
+func (f *faultyIndex) Identity(ctx context.Context) (string, error) {
+	f.mu.Lock()
+	id := f.id
+	f.mu.Unlock()
+	if id != nil {
+		return *id, nil
+	}
+	return f.Index.Identity(ctx)
+}
+
+type rig struct {
+	t      *testing.T
+	ctx    context.Context
+	db     *sqlite.DB
+	idx    *faultyIndex
+	e      *delivery.Engine
+	chat   history.Chat
+	bob    *fakeConn
+	member *delivery.Member
+	seq    int
+	sent   []string        // every message id, in commit order
+	acked  map[string]bool // ids bob acknowledged
+}
+
+// newRig starts an engine over a fresh SQLite store and a Redis index at
+// redisURL, with a direct chat alice-bob and bob connected. The poller and
+// GC loops are set to an hour: the test drives PollOnce and GCOnce itself.
+func newRig(t *testing.T, redisURL string) *rig {
+	t.Helper()
+	ctx := context.Background()
+	db, err := sqlite.Open(ctx, sqlite.DefaultConfig(filepath.Join(t.TempDir(), "outbox.db")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	ix, err := redis.New(ctx, redis.Config{URL: redisURL, Owner: "pod-0", Timeout: 3 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ix.Close() })
+	tuning := config.Default()
+	tuning.GCGrace = 0
+	tuning.PollInterval = time.Hour
+	tuning.GCInterval = time.Hour
+	r := &rig{t: t, ctx: ctx, db: db, idx: &faultyIndex{Index: ix}, acked: map[string]bool{}}
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if testing.Verbose() {
+		logger = slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	}
+	r.e, err = delivery.New(db, r.idx, func() config.Tuning { return tuning },
+		delivery.Config{Concurrency: 1, HoldTTL: time.Minute, StoreTimeout: 5 * time.Second}, logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.e.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.e.Stop(context.Background()) })
+	if r.chat, _, err = db.CreateDirect(ctx, "alice", "bob"); err != nil {
+		t.Fatal(err)
+	}
+	r.bob = &fakeConn{id: ulid.Make().String(), user: "bob", device: "phone"}
+	if r.member, err = r.e.Register(ctx, r.bob); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+type tWriter struct{ t *testing.T }
+
+func (w tWriter) Write(b []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(b)))
+	return len(b), nil
+}
+
+// commit stores n messages from alice to bob and returns their ids.
+func (r *rig) commit(n int) []string {
+	r.t.Helper()
+	drafts := make([]history.Draft, n)
+	for i := range drafts {
+		r.seq++
+		drafts[i] = history.Draft{ID: ulid.Make().String(), ChatID: r.chat.ID, SenderID: "alice", SenderDevice: "laptop",
+			CorrelationID: fmt.Sprint("k-", r.seq), Body: fmt.Sprint("m", r.seq), SentAt: time.Now().UTC()}
+	}
+	res, err := r.db.Commit(r.ctx, drafts)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	ids := make([]string, n)
+	for i, x := range res {
+		if x.Err != nil {
+			r.t.Fatal(x.Err)
+		}
+		ids[i] = x.Message.ID
+	}
+	r.sent = append(r.sent, ids...)
+	return ids
+}
+
+func (r *rig) ack(ids ...string) {
+	r.t.Helper()
+	if err := r.e.Ack(r.ctx, r.member, ids); err != nil {
+		r.t.Fatal(err)
+	}
+	for _, id := range ids {
+		r.acked[id] = true
+	}
+}
+
+func (r *rig) gc() int64 {
+	r.t.Helper()
+	n, err := r.e.GCOnce(r.ctx)
+	if err != nil {
+		r.t.Fatalf("GCOnce: %v", err)
+	}
+	return n
+}
+
+// bobRows returns the message ids of bob's rows still in the outbox.
+func (r *rig) bobRows() map[string]bool {
+	r.t.Helper()
+	rows, err := r.db.Scan(r.ctx, 0, -1, 100_000)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	out := map[string]bool{}
+	for _, row := range rows {
+		if row.Recipient == "bob" {
+			out[row.Message.ID] = true
+		}
+	}
+	return out
+}
+
+// lostUnacked lists bob's messages that he never acknowledged and whose
+// outbox row is gone: the over-delete the waterline exists to prevent.
+func (r *rig) lostUnacked() []string {
+	r.t.Helper()
+	present := r.bobRows()
+	var lost []string
+	for i, id := range r.sent {
+		if !r.acked[id] && !present[id] {
+			lost = append(lost, fmt.Sprintf("m%d", i+1))
+		}
+	}
+	return lost
+}
+
+func (r *rig) wantNoLoss(when string) {
+	r.t.Helper()
+	if lost := r.lostUnacked(); len(lost) > 0 {
+		r.t.Fatalf("%s: GC deleted bob's unacknowledged rows %v", when, lost)
+	}
+}
+
+func (r *rig) wantReceived(ids ...string) {
+	r.t.Helper()
+	got := r.bob.received()
+	for _, id := range ids {
+		if got[id] == 0 {
+			r.t.Fatalf("bob never received %s (got %v)", id, got)
+		}
+	}
+}
+
+func (r *rig) rebuilds() map[string]int64 { return r.e.Stats().Rebuilds }
+
+// ---- the scenarios ----
+
+// TestStaleReplicaFailover: B replicates A; bob has unacknowledged messages
+// (pinned, replicated); B is promoted with that state and the primed flag;
+// more messages reach bob with their pins on A only; the Service moves to
+// B. B's pins are an old, incomplete copy, and its primed flag claims all
+// is well. The next GC must notice B's identity and rebuild first.
+func TestStaleReplicaFailover(t *testing.T) {
+	t.Run("detected", func(t *testing.T) {
+		r := staleReplica(t, false)
+		if got := r.rebuilds(); got[delivery.RebuildIdentity] != 1 || got[delivery.RebuildColdStart] != 1 {
+			t.Fatalf("Rebuilds = %v; want one cold start and one identity-changed", got)
+		}
+		r.wantNoLoss("after the failover's GC pass")
+
+		// Live delivery resumes from the rebuilt index: what bob had not
+		// acknowledged is re-sent (he dedupes), and once he acknowledges
+		// everything GC drains his rows.
+		before := r.bob.received()
+		r.e.PollOnce(r.ctx)
+		after := r.bob.received()
+		for i, id := range r.sent {
+			if !r.acked[id] && after[id] <= before[id] {
+				t.Fatalf("m%d not re-delivered after the rebuild", i+1)
+			}
+		}
+		r.ack(r.sent...)
+		r.gc()
+		if rows := r.bobRows(); len(rows) != 0 {
+			t.Fatalf("%d of bob's rows left after he acknowledged everything", len(rows))
+		}
+		r.gc()
+		if got := r.rebuilds()[delivery.RebuildIdentity]; got != 1 {
+			t.Fatalf("identity-changed rebuilds = %d after more passes; want 1", got)
+		}
+	})
+
+	// The counterfactual: the same story with the identity check blinded.
+	// GC trusts B's stale pins and deletes rows bob never acknowledged. If
+	// this sub-test ever fails, the scenario no longer exercises the check.
+	t.Run("undetected-overdeletes", func(t *testing.T) {
+		r := staleReplica(t, true)
+		if got := r.rebuilds(); got[delivery.RebuildIdentity] != 0 {
+			t.Fatalf("Rebuilds = %v; the blinded index should not have rebuilt", got)
+		}
+		lost := r.lostUnacked()
+		if len(lost) == 0 {
+			t.Fatal("with the identity check blinded GC deleted nothing unacknowledged: the scenario does not exercise the check")
+		}
+		t.Logf("without the identity check GC deleted bob's unacknowledged %v", lost)
+	})
+}
+
+// staleReplica plays the stale-replica story up to and including the first
+// GC pass after the switch. blind freezes the index's Identity before the
+// switch.
+func staleReplica(t *testing.T, blind bool) *rig {
+	a, b := startServer(t), startServer(t)
+	b.do("REPLICAOF", "127.0.0.1", strings.Split(a.addr, ":")[1])
+	waitFor(t, "B to replicate A", func() bool { return b.info("replication")["master_link_status"] == "up" })
+	svc := startProxy(t, a.addr)
+
+	r := newRig(t, "redis://"+svc.addr())
+
+	// Phase 1, on A, replicated to B: bob gets m1..m4 and acknowledges m1.
+	p1 := r.commit(4)
+	r.e.PollOnce(r.ctx)
+	r.wantReceived(p1...)
+	r.ack(p1[0])
+	if n := r.gc(); n == 0 {
+		t.Fatal("GC deleted nothing below bob's pin before the failover")
+	}
+	r.wantNoLoss("before the failover")
+	if n := a.do("WAIT", 1, 5000).(int64); n != 1 {
+		t.Fatalf("WAIT: %d replicas acknowledged; want 1", n)
+	}
+
+	// B is promoted with that state (pins of m2..m4, the primed flag). A
+	// goes on serving through the Service for a moment, as an old master
+	// does until the endpoint moves.
+	b.do("REPLICAOF", "NO", "ONE")
+	if role := b.info("replication")["role"]; role != "master" {
+		t.Fatalf("B role %q after REPLICAOF NO ONE", role)
+	}
+
+	// Phase 2, on A only: bob gets m5..m8 and acknowledges m5.
+	p2 := r.commit(4)
+	r.e.PollOnce(r.ctx)
+	r.wantReceived(p2...)
+	r.ack(p2[0])
+	before := identity(t, r.idx.Index)
+	if blind {
+		r.idx.freeze(t, false, true)
+	}
+
+	// The Service moves to B; go-redis reconnects there.
+	svc.switchTo(b.addr)
+	if after := identity(t, r.idx.Index); after == before {
+		t.Fatalf("identity unchanged across the failover: %s", after)
+	}
+	// B carries the old master's primed flag: without the identity check
+	// nothing would tell the engine to rebuild.
+	if st, err := r.idx.Index.State(r.ctx); err != nil || !st.Primed || st.Identity != before {
+		t.Logf("DEBUG B keys %v", b.do("KEYS", "*"))
+		t.Logf("DEBUG A keys %v", a.do("KEYS", "*"))
+		t.Logf("DEBUG B repl %v", b.info("replication"))
+		t.Logf("DEBUG B server %v", b.info("server")["run_id"])
+		t.Logf("DEBUG A server %v", a.info("server")["run_id"])
+		t.Logf("DEBUG identity %v", identity(t, r.idx.Index))
+		t.Fatalf("State on B = %+v, %v; want primed with A's identity %s", st, err, before)
+	}
+
+	// The engine goes on: the poller refreshes its hold (now on B) and bob
+	// acknowledges the rest of phase 1, which empties his stale set on B.
+	// m6..m8 are pinned nowhere on B.
+	r.e.PollOnce(r.ctx)
+	r.ack(p1[1:]...)
+	r.gc()
+	return r
+}
+
+func identity(t *testing.T, x waterline.Index) string {
+	t.Helper()
+	id, err := x.Identity(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+// TestRestartEmpty: Redis is killed and restarts empty on the same address
+// (run_id changes, the primed flag is gone). Either signal alone must make
+// GC rebuild before it deletes; with both blinded GC over-deletes.
+func TestRestartEmpty(t *testing.T) {
+	for _, tc := range []struct {
+		name                string
+		blindState, blindID bool
+		wantReason          string
+	}{
+		{"detected", false, false, delivery.RebuildColdStart},
+		{"primed-flag-alone", false, true, delivery.RebuildColdStart},
+		{"identity-alone", true, false, delivery.RebuildIdentity},
+		{"undetected-overdeletes", true, true, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := startServer(t)
+			r := newRig(t, "redis://"+a.addr)
+
+			p1 := r.commit(4)
+			r.e.PollOnce(r.ctx)
+			r.wantReceived(p1...)
+			r.ack(p1[0])
+			r.gc()
+			r.wantNoLoss("before the restart")
+			before := identity(t, r.idx.Index)
+			r.idx.freeze(t, tc.blindState, tc.blindID)
+
+			a.kill()
+			a.start()
+			if after := identity(t, r.idx.Index); after == before {
+				t.Fatalf("identity unchanged across a restart: %s", after)
+			}
+
+			// Life goes on against the empty server: the poller holds,
+			// bob acknowledges m2 (unknown now, ignored), m5 and m6 are
+			// committed (their sends are refused: bob is not registered
+			// there).
+			r.e.PollOnce(r.ctx)
+			r.ack(p1[1])
+			r.commit(2)
+			r.e.PollOnce(r.ctx)
+			r.gc()
+
+			got := r.rebuilds()
+			if tc.wantReason == "" {
+				if len(got) != 1 {
+					t.Fatalf("Rebuilds = %v; the blinded index should not have rebuilt", got)
+				}
+				lost := r.lostUnacked()
+				if len(lost) == 0 {
+					t.Fatal("with both checks blinded GC deleted nothing unacknowledged: the scenario does not exercise them")
+				}
+				t.Logf("without the checks GC deleted bob's unacknowledged %v", lost)
+				return
+			}
+			want := map[string]int64{delivery.RebuildColdStart: 1}
+			want[tc.wantReason]++
+			if !maps.Equal(got, want) {
+				t.Fatalf("Rebuilds = %v; want %v", got, want)
+			}
+			r.wantNoLoss("after the restart's GC pass")
+		})
+	}
+}
+
+// TestSentinelFailover: in Sentinel mode the index follows a failover to
+// the promoted replica, and its Identity changes while the replicated
+// primed flag does not, which is what makes the engine rebuild.
+func TestSentinelFailover(t *testing.T) {
+	ctx := context.Background()
+	a, b := startServer(t), startServer(t)
+	b.do("REPLICAOF", "127.0.0.1", strings.Split(a.addr, ":")[1])
+	waitFor(t, "B to replicate A", func() bool { return b.info("replication")["master_link_status"] == "up" })
+	sent := startSentinel(t, a)
+	waitFor(t, "Sentinel to discover B", func() bool {
+		return sent.info("sentinel")["master0"] != "" && strings.Contains(sent.info("sentinel")["master0"], "slaves=1")
+	})
+
+	x, err := redis.New(ctx, redis.Config{SentinelAddrs: []string{sent.addr}, MasterName: "mymaster", Timeout: 3 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.Close()
+	idA := identity(t, x)
+	if !strings.HasPrefix(idA, a.info("server")["run_id"]+"/") {
+		t.Fatalf("Identity %s is not A's (run_id %s)", idA, a.info("server")["run_id"])
+	}
+	if err := x.Connect(ctx, waterline.Client{ID: "bob"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := x.Sent(ctx, "bob", []waterline.Entry{{MessageID: "m1", Pos: 42}}, time.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if err := x.MarkPrimed(ctx, idA); err != nil {
+		t.Fatal(err)
+	}
+	if n := a.do("WAIT", 1, 5000).(int64); n != 1 {
+		t.Fatalf("WAIT: %d replicas acknowledged; want 1", n)
+	}
+
+	sent.do("SENTINEL", "FAILOVER", "mymaster")
+	waitFor(t, "Sentinel to promote B", func() bool {
+		addr, err := sent.client.Do(ctx, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", "mymaster").StringSlice()
+		return err == nil && len(addr) == 2 && net.JoinHostPort(addr[0], addr[1]) == b.addr
+	})
+	runB := b.info("server")["run_id"]
+	waitFor(t, "the index to follow the failover to B", func() bool {
+		id, err := x.Identity(ctx)
+		return err == nil && strings.HasPrefix(id, runB+"/")
+	})
+	st, err := x.State(ctx)
+	if err != nil || !st.Primed || st.Identity != idA {
+		t.Fatalf("State on B = %+v, %v; want primed with A's identity", st, err)
+	}
+	if l, ok, err := x.SafeLine(ctx, 0); err != nil || !ok || l != 42 {
+		t.Fatalf("SafeLine on B = %d, %v, %v; want bob's pin 42", l, ok, err)
+	}
+	if _, err := x.Ack(ctx, "bob", []string{"m1"}); err != nil {
+		t.Fatalf("Ack on B: %v", err)
+	}
+}

@@ -1,0 +1,422 @@
+package redis
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/tetra-messenger/tetra/workload/waterline"
+)
+
+// MaxPos bounds the positions (and hold positions) the index accepts:
+// sorted-set scores are doubles, exact for integers up to 2^53. SQL ids and
+// Kafka offsets stay far below it.
+const MaxPos = 1 << 53
+
+// restoreChunk is the most entries one Restore script call carries, so that
+// a rebuild of a large outbox never blocks Redis for long.
+const restoreChunk = 5000
+
+// clientJSON is a registration as stored in the owner's clients hash.
+type clientJSON struct {
+	ID     string          `json:"id"`
+	User   string          `json:"user"`
+	Device string          `json:"device"`
+	Start  map[int32]int64 `json:"start,omitempty"`
+}
+
+// Connect registers c under this index's owner with an empty pending set,
+// or, if c.ID is registered, replaces its User, Device and Start and keeps
+// its pending set. One HSET. The id must be non-empty and free of NUL bytes
+// (the lease set separates ids with NUL).
+func (x *Index) Connect(ctx context.Context, c waterline.Client) error {
+	if c.ID == "" {
+		return errors.New("redis: connect: empty client id")
+	}
+	if strings.IndexByte(c.ID, 0) >= 0 {
+		return fmt.Errorf("redis: connect: client id %q contains a NUL byte", c.ID)
+	}
+	b, err := json.Marshal(clientJSON{ID: c.ID, User: c.User, Device: c.Device, Start: c.Start})
+	if err != nil {
+		return fmt.Errorf("redis: connect %q: %w", c.ID, err)
+	}
+	cctx, cancel := x.call(ctx)
+	defer cancel()
+	if err := x.rdb.HSet(cctx, x.kClients, c.ID, b).Err(); err != nil {
+		return unavailable("connect", err)
+	}
+	return nil
+}
+
+// Withdraw removes the client, if this owner registered it, with its whole
+// pending set, state, lease entries and pins in one script; it reports
+// whether the client was registered. An id this owner did not register is a
+// no-op returning false, even if keys of that id exist (they can only be
+// another owner's, or a lost registration's, and leaving them keeps rows,
+// never loses them).
+func (x *Index) Withdraw(ctx context.Context, clientID string) (bool, error) {
+	cctx, cancel := x.call(ctx)
+	defer cancel()
+	n, err := withdrawScript.Run(cctx, x.rdb,
+		[]string{x.kClients, x.kState(clientID), x.kLease, x.kParts(clientID)},
+		x.cfg.Prefix, clientID).Int64()
+	if err != nil {
+		return false, unavailable("withdraw", err)
+	}
+	return n == 1, nil
+}
+
+// Sent records entries as sent to the client with a lease until leaseUntil,
+// in one script: a MessageID not pending is added with Attempts 1; a pending
+// one gets Attempts+1 and the new lease and keeps its Partition and Pos.
+// Entries are applied in order, so a MessageID repeated within entries
+// counts twice. The pins of the partitions that gained an entry are
+// recomputed. It returns the client's pending count, or
+// waterline.ErrUnknownClient with nothing written.
+//
+// Leases are stored in whole milliseconds, rounded up: an entry never
+// becomes due before leaseUntil. Positions must lie within ±MaxPos.
+//
+// go-redis retries a call whose connection broke; if the first attempt had
+// run, a resent entry counts one attempt too many, which can only make the
+// attempts reaper withdraw its client one delivery early.
+func (x *Index) Sent(ctx context.Context, clientID string, entries []waterline.Entry, leaseUntil time.Time) (int, error) {
+	return x.record(ctx, "sent", clientID, entries, ceilMillis(leaseUntil), "1", "1")
+}
+
+// Restore adds entries to the client's pending set with Attempts 0 and a
+// lease at the Unix epoch (due at once), skipping MessageIDs already
+// pending. Entries go in scripts of up to 5,000; each partition's lowest
+// entry goes in the first, so the client's pins are at their final value
+// from the first call on. It returns waterline.ErrUnknownClient for a client
+// this owner did not register.
+func (x *Index) Restore(ctx context.Context, clientID string, entries []waterline.Entry) error {
+	if len(entries) <= restoreChunk {
+		_, err := x.record(ctx, "restore", clientID, entries, 0, "0", "0")
+		return err
+	}
+	ordered := lowestFirst(entries)
+	for len(ordered) > 0 {
+		n := min(restoreChunk, len(ordered))
+		if _, err := x.record(ctx, "restore", clientID, ordered[:n], 0, "0", "0"); err != nil {
+			return err
+		}
+		ordered = ordered[n:]
+	}
+	return nil
+}
+
+// lowestFirst returns a copy of entries with each partition's lowest
+// position moved to the front.
+func lowestFirst(entries []waterline.Entry) []waterline.Entry {
+	low := map[int32]int{}
+	for i, e := range entries {
+		if j, ok := low[e.Partition]; !ok || e.Pos < entries[j].Pos {
+			low[e.Partition] = i
+		}
+	}
+	out := make([]waterline.Entry, 0, len(entries))
+	idx := slices.Sorted(maps.Values(low))
+	for _, i := range idx {
+		out = append(out, entries[i])
+	}
+	for i, e := range entries {
+		if _, found := slices.BinarySearch(idx, i); !found {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// record runs the send script: first is the attempts of a new entry,
+// resend whether a pending one counts an attempt and takes the lease.
+func (x *Index) record(ctx context.Context, op, clientID string, entries []waterline.Entry, lease int64, first, resend string) (int, error) {
+	args := make([]any, 0, 5+4*len(entries))
+	args = append(args, x.cfg.Prefix, clientID, lease, first, resend)
+	for _, e := range entries {
+		if e.Pos > MaxPos || e.Pos < -MaxPos {
+			return 0, fmt.Errorf("redis: %s %q: position %d of %q is beyond ±2^53", op, clientID, e.Pos, e.MessageID)
+		}
+		args = append(args, e.MessageID, itoa32(e.Partition), e.Pos, posKey(e.Pos))
+	}
+	cctx, cancel := x.call(ctx)
+	defer cancel()
+	n, err := sentScript.Run(cctx, x.rdb, []string{x.kClients, x.kState(clientID), x.kLease}, args...).Int64()
+	if err != nil {
+		return 0, unavailable(op, err)
+	}
+	if n < 0 {
+		return 0, unknown(op, clientID)
+	}
+	return int(n), nil
+}
+
+// Ack removes the given message ids from the client's pending set in one
+// script, ignoring ids that are not pending, and recomputes the pins of the
+// partitions it touched from what remains (removed from the partition's
+// pins when nothing remains). It returns the pending count after, or
+// waterline.ErrUnknownClient with nothing written.
+func (x *Index) Ack(ctx context.Context, clientID string, messageIDs []string) (int, error) {
+	args := make([]any, 0, 2+len(messageIDs))
+	args = append(args, x.cfg.Prefix, clientID)
+	for _, id := range messageIDs {
+		args = append(args, id)
+	}
+	cctx, cancel := x.call(ctx)
+	defer cancel()
+	n, err := ackScript.Run(cctx, x.rdb, []string{x.kClients, x.kState(clientID), x.kLease}, args...).Int64()
+	if err != nil {
+		return 0, unavailable("ack", err)
+	}
+	if n < 0 {
+		return 0, unknown("ack", clientID)
+	}
+	return int(n), nil
+}
+
+// Expired returns up to limit pending entries of this owner's clients whose
+// lease ended at or before now, earliest lease first, equal leases lowest
+// Pos first: one script, a ZRANGEBYSCORE ... LIMIT over the owner's lease
+// set plus one HGET per entry returned. limit <= 0 returns nothing without
+// a call. It changes nothing.
+func (x *Index) Expired(ctx context.Context, now time.Time, limit int) ([]waterline.Pending, error) {
+	if limit <= 0 {
+		return nil, nil
+	}
+	cctx, cancel := x.call(ctx)
+	defer cancel()
+	vals, err := expiredScript.Run(cctx, x.rdb, []string{x.kLease}, x.cfg.Prefix, floorMillis(now), limit).StringSlice()
+	if err != nil {
+		return nil, unavailable("expired", err)
+	}
+	if len(vals)%6 != 0 {
+		return nil, fmt.Errorf("redis: expired: malformed reply of %d fields", len(vals))
+	}
+	out := make([]waterline.Pending, 0, len(vals)/6)
+	for i := 0; i < len(vals); i += 6 {
+		part, err1 := strconv.ParseInt(vals[i+2], 10, 32)
+		pos, err2 := parsePosKey(vals[i+3])
+		att, err3 := strconv.Atoi(vals[i+4])
+		lease, err4 := strconv.ParseInt(vals[i+5], 10, 64)
+		if err := errors.Join(err1, err2, err3, err4); err != nil {
+			return nil, fmt.Errorf("redis: expired: malformed entry %q/%q: %w", vals[i], vals[i+1], err)
+		}
+		out = append(out, waterline.Pending{
+			ClientID:   vals[i],
+			Entry:      waterline.Entry{MessageID: vals[i+1], Partition: int32(part), Pos: pos},
+			Attempts:   att,
+			LeaseUntil: time.UnixMilli(lease),
+		})
+	}
+	return out, nil
+}
+
+// Hold pins partition at pos for holder until ttl passes on the Redis
+// server's clock (TIME) without another Hold by the same holder for the same
+// partition; pos < 0 releases the hold. Holders are kept per owner, so two
+// processes using the same holder name do not replace each other's holds.
+func (x *Index) Hold(ctx context.Context, holder string, partition int32, pos int64, ttl time.Duration) error {
+	var ttlMS int64
+	if pos >= 0 {
+		if ttl <= 0 {
+			return fmt.Errorf("redis: hold %q: ttl %v must be positive", holder, ttl)
+		}
+		if pos > MaxPos {
+			return fmt.Errorf("redis: hold %q: position %d is beyond 2^53", holder, pos)
+		}
+		ttlMS = int64((ttl + time.Millisecond - 1) / time.Millisecond)
+	}
+	if pos < 0 {
+		pos = -1
+	}
+	cctx, cancel := x.call(ctx)
+	defer cancel()
+	err := holdScript.Run(cctx, x.rdb,
+		[]string{x.kHolds(partition), x.kHoldExp(partition), x.kHoldParts},
+		x.cfg.Owner+"\x00"+holder, pos, ttlMS, itoa32(partition)).Err()
+	if err != nil {
+		return unavailable("hold", err)
+	}
+	return nil
+}
+
+// SafeLine returns the minimum, for partition, over the pins of every
+// registered client (of every owner sharing the prefix: one process's GC
+// must respect another's connections) and the live holds, in one script
+// that also drops the holds that expired by the server's clock.
+func (x *Index) SafeLine(ctx context.Context, partition int32) (int64, bool, error) {
+	cctx, cancel := x.call(ctx)
+	defer cancel()
+	line, err := safeLineScript.Run(cctx, x.rdb,
+		[]string{x.kPins(partition), x.kHolds(partition), x.kHoldExp(partition)}).Int64()
+	switch {
+	case errors.Is(err, goredis.Nil):
+		return 0, false, nil
+	case err != nil:
+		return 0, false, unavailable("safe line", err)
+	}
+	return line, true, nil
+}
+
+// Clients lists the clients this owner registered, sorted by ID.
+func (x *Index) Clients(ctx context.Context) ([]waterline.Client, error) {
+	cctx, cancel := x.call(ctx)
+	defer cancel()
+	all, err := x.rdb.HGetAll(cctx, x.kClients).Result()
+	if err != nil {
+		return nil, unavailable("clients", err)
+	}
+	out := make([]waterline.Client, 0, len(all))
+	for id, v := range all {
+		var c clientJSON
+		if err := json.Unmarshal([]byte(v), &c); err != nil {
+			return nil, fmt.Errorf("redis: clients: registration of %q: %w", id, err)
+		}
+		out = append(out, waterline.Client{ID: id, User: c.User, Device: c.Device, Start: c.Start})
+	}
+	slices.SortFunc(out, func(a, b waterline.Client) int { return strings.Compare(a.ID, b.ID) })
+	return out, nil
+}
+
+// Reset forgets, in one script, this owner's clients with their pending
+// sets, state, lease entries and pins, this owner's holds and its primed
+// flag. Other owners sharing the prefix are untouched. Identity is
+// unchanged.
+//
+// Reset finds a client's keys through this owner's registrations. Keys of a
+// client whose registration was lost (an owner that went away for good, a
+// registration deleted by hand) are not found, and their pins survive. That
+// can only keep MORE outbox rows, never fewer: a pin only ever protects
+// rows. The outbox age backstop (26 h by default) bounds what they keep.
+func (x *Index) Reset(ctx context.Context) error {
+	cctx, cancel := x.call(ctx)
+	defer cancel()
+	err := resetScript.Run(cctx, x.rdb,
+		[]string{x.kClients, x.kLease, x.kPrimed, x.kHoldParts},
+		x.cfg.Prefix, x.cfg.Owner).Err()
+	if err != nil {
+		return unavailable("reset", err)
+	}
+	return nil
+}
+
+// State returns this owner's priming record: Primed is false until
+// MarkPrimed, again after Reset, and whenever the server lost the key (a
+// flush, a restart without persistence, a fresh instance).
+func (x *Index) State(ctx context.Context) (waterline.State, error) {
+	cctx, cancel := x.call(ctx)
+	defer cancel()
+	id, err := x.rdb.Get(cctx, x.kPrimed).Result()
+	switch {
+	case errors.Is(err, goredis.Nil):
+		return waterline.State{}, nil
+	case err != nil:
+		return waterline.State{}, unavailable("state", err)
+	}
+	return waterline.State{Primed: true, Identity: id}, nil
+}
+
+// MarkPrimed sets this owner's primed flag, recording identity.
+func (x *Index) MarkPrimed(ctx context.Context, identity string) error {
+	cctx, cancel := x.call(ctx)
+	defer cancel()
+	if err := x.rdb.Set(cctx, x.kPrimed, identity, 0).Err(); err != nil {
+		return unavailable("mark primed", err)
+	}
+	return nil
+}
+
+// Identity returns "run_id/master_replid" of the server the index talks to
+// (INFO server and INFO replication, pipelined). A restart changes run_id;
+// a promotion of a replica changes master_replid (and the promoted server's
+// run_id differs from the old master's anyway). The address is deliberately
+// not part of it: behind a stable Service or a Sentinel it may not change.
+func (x *Index) Identity(ctx context.Context) (string, error) {
+	cctx, cancel := x.call(ctx)
+	defer cancel()
+	var server, repl *goredis.StringCmd
+	_, err := x.rdb.Pipelined(cctx, func(p goredis.Pipeliner) error {
+		server = p.Info(cctx, "server")
+		repl = p.Info(cctx, "replication")
+		return nil
+	})
+	if err != nil {
+		return "", unavailable("identity", err)
+	}
+	runID := infoFields(server.Val())["run_id"]
+	replID := infoFields(repl.Val())["master_replid"]
+	if runID == "" {
+		return "", errors.New("redis: identity: INFO server reports no run_id")
+	}
+	return runID + "/" + replID, nil
+}
+
+// Stats counts this owner's clients (HLEN of its clients hash) and their
+// pending entries (ZCARD of its lease set: every pending entry has exactly
+// one lease), read in one MULTI.
+func (x *Index) Stats(ctx context.Context) (waterline.Stats, error) {
+	cctx, cancel := x.call(ctx)
+	defer cancel()
+	var clients, pending *goredis.IntCmd
+	_, err := x.rdb.TxPipelined(cctx, func(p goredis.Pipeliner) error {
+		clients = p.HLen(cctx, x.kClients)
+		pending = p.ZCard(cctx, x.kLease)
+		return nil
+	})
+	if err != nil {
+		return waterline.Stats{}, unavailable("stats", err)
+	}
+	return waterline.Stats{Clients: int(clients.Val()), Pending: int(pending.Val())}, nil
+}
+
+// posKey encodes pos in 16 lowercase hex digits whose byte order is the
+// numeric order (the sign bit flipped), for the lease set's members.
+func posKey(pos int64) string {
+	const digits = "0123456789abcdef"
+	u := uint64(pos) ^ (1 << 63)
+	var b [16]byte
+	for i := 15; i >= 0; i-- {
+		b[i] = digits[u&0xf]
+		u >>= 4
+	}
+	return string(b[:])
+}
+
+func parsePosKey(s string) (int64, error) {
+	u, err := strconv.ParseUint(s, 16, 64)
+	if err != nil || len(s) != 16 {
+		return 0, fmt.Errorf("bad position key %q", s)
+	}
+	return int64(u ^ (1 << 63)), nil
+}
+
+// maxMillis keeps millisecond scores exact as doubles (about ±285,000
+// years around 1970).
+const maxMillis = MaxPos - 1
+
+// floorMillis is t in Unix milliseconds rounded down, clamped.
+func floorMillis(t time.Time) int64 {
+	if s := t.Unix(); s > maxMillis/1000 {
+		return maxMillis
+	} else if s < -maxMillis/1000 {
+		return -maxMillis
+	}
+	return t.UnixMilli()
+}
+
+// ceilMillis is t in Unix milliseconds rounded up, clamped.
+func ceilMillis(t time.Time) int64 {
+	ms := floorMillis(t)
+	if t.Nanosecond()%int(time.Millisecond) != 0 && ms < maxMillis && ms > -maxMillis {
+		ms++
+	}
+	return ms
+}

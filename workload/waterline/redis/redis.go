@@ -1,0 +1,275 @@
+package redis
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/tetra-messenger/tetra/workload/waterline"
+)
+
+// Defaults for Config's zero fields.
+const (
+	DefaultPrefix  = "tetra:"
+	DefaultTimeout = 5 * time.Second
+)
+
+// Limits checked by Config validation.
+const (
+	minTimeout = time.Millisecond
+	maxTimeout = 10 * time.Minute
+	maxOwner   = 200 // bytes
+)
+
+// Config says how to reach Redis and where the index lives in it. Exactly
+// one of URL and SentinelAddrs is set.
+type Config struct {
+	// URL of a single Redis (or a stable address in front of one, such as a
+	// Kubernetes Service): redis://[user:password@]host:port[/db] or
+	// rediss:// for TLS. go-redis's query parameters (dial_timeout, ...)
+	// are accepted.
+	URL string
+
+	// SentinelAddrs are Sentinel host:port addresses; with them the index
+	// asks Sentinel for the current master of MasterName and follows its
+	// failovers (goredis.NewFailoverClient).
+	SentinelAddrs []string
+	// MasterName is the Sentinel master name; required with SentinelAddrs.
+	MasterName string
+	// Username and Password authenticate to the master (Sentinel mode only;
+	// with URL, put them in the URL).
+	Username, Password string
+	// SentinelUsername and SentinelPassword authenticate to the Sentinels.
+	SentinelUsername, SentinelPassword string
+	// DB is the database number (Sentinel mode only; with URL, use the
+	// path).
+	DB int
+	// TLS, when set, is used for the master and replicas (Sentinel mode
+	// only; with URL, use rediss://).
+	TLS *tls.Config
+
+	// Prefix starts every key the index writes; default DefaultPrefix.
+	// Indexes that share a Redis and a Prefix share the safe-delete line.
+	Prefix string
+	// Owner names this process: its registrations, lease set, holds and
+	// primed flag are kept per owner, so each process of a multi-process
+	// deployment rebuilds and resets only its own connections. Default: a
+	// random ULID. It must not contain a NUL byte and is at most 200 bytes.
+	//
+	// Prefer a stable name (the pod name): the state of an owner that goes
+	// away for good is never reset by anyone, and its pins keep rows until
+	// the outbox age backstop deletes them (see Reset).
+	Owner string
+	// Timeout bounds every call to Redis (one round trip, or a few for
+	// chunked Restore); default DefaultTimeout, at least 1ms, at most 10m.
+	Timeout time.Duration
+}
+
+func (c Config) withDefaults() Config {
+	if c.Prefix == "" {
+		c.Prefix = DefaultPrefix
+	}
+	if c.Owner == "" {
+		c.Owner = ulid.Make().String()
+	}
+	if c.Timeout == 0 {
+		c.Timeout = DefaultTimeout
+	}
+	return c
+}
+
+// validate checks c (with defaults applied) and names the bad field.
+func (c Config) validate() error {
+	switch {
+	case c.URL == "" && len(c.SentinelAddrs) == 0:
+		return errors.New("redis: config: URL or SentinelAddrs is required")
+	case c.URL != "" && len(c.SentinelAddrs) > 0:
+		return errors.New("redis: config: URL and SentinelAddrs are exclusive; set one")
+	}
+	if c.URL != "" {
+		if _, err := goredis.ParseURL(c.URL); err != nil {
+			return fmt.Errorf("redis: config: URL %s: %w", redactURL(c.URL), err)
+		}
+		if c.MasterName != "" || c.Username != "" || c.Password != "" || c.SentinelUsername != "" ||
+			c.SentinelPassword != "" || c.DB != 0 || c.TLS != nil {
+			return errors.New("redis: config: MasterName, Username, Password, SentinelUsername, SentinelPassword, DB and TLS apply to Sentinel mode only; with URL put credentials, database and TLS (rediss://) in the URL")
+		}
+	} else {
+		if c.MasterName == "" {
+			return errors.New("redis: config: MasterName is required with SentinelAddrs")
+		}
+		for i, a := range c.SentinelAddrs {
+			if a == "" || !strings.Contains(a, ":") {
+				return fmt.Errorf("redis: config: SentinelAddrs[%d] %q must be host:port", i, a)
+			}
+		}
+		if c.DB < 0 {
+			return fmt.Errorf("redis: config: DB must be >= 0, got %d", c.DB)
+		}
+	}
+	if strings.IndexByte(c.Owner, 0) >= 0 || len(c.Owner) > maxOwner {
+		return fmt.Errorf("redis: config: Owner must be at most %d bytes without NUL, got %q", maxOwner, c.Owner)
+	}
+	if c.Timeout < minTimeout || c.Timeout > maxTimeout {
+		return fmt.Errorf("redis: config: Timeout must be between %v and %v, got %v", minTimeout, maxTimeout, c.Timeout)
+	}
+	return nil
+}
+
+// where names the server for errors, without credentials.
+func (c Config) where() string {
+	if c.URL != "" {
+		return redactURL(c.URL)
+	}
+	return fmt.Sprintf("master %q via sentinels %s", c.MasterName, strings.Join(c.SentinelAddrs, ","))
+}
+
+// redactURL hides the password of a URL.
+func redactURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	return u.Redacted()
+}
+
+// Index is a waterline.Index kept in Redis. It is safe for concurrent use;
+// every method is one round trip (Restore: one per 5,000 entries) and every
+// write is one Lua script, atomic on the server.
+type Index struct {
+	rdb     goredis.UniversalClient
+	cfg     Config
+	timeout time.Duration
+
+	// Keys that do not depend on a client or a partition.
+	kClients, kLease, kPrimed, kHoldParts string
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+var _ waterline.Index = (*Index)(nil)
+
+// New connects to Redis, checks that it answers and that its eviction
+// policy cannot drop the index's keys, and returns an index. An unreachable
+// server is an error naming its address (without password) and wrapping
+// waterline.ErrUnavailable. The index starts unprimed only if this Owner
+// was never primed on that server (or was Reset).
+func New(ctx context.Context, cfg Config) (*Index, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	var rdb goredis.UniversalClient
+	if cfg.URL != "" {
+		opt, err := goredis.ParseURL(cfg.URL)
+		if err != nil {
+			return nil, fmt.Errorf("redis: config: URL %s: %w", redactURL(cfg.URL), err)
+		}
+		opt.ContextTimeoutEnabled = true
+		rdb = goredis.NewClient(opt)
+	} else {
+		rdb = goredis.NewFailoverClient(&goredis.FailoverOptions{
+			MasterName:            cfg.MasterName,
+			SentinelAddrs:         cfg.SentinelAddrs,
+			SentinelUsername:      cfg.SentinelUsername,
+			SentinelPassword:      cfg.SentinelPassword,
+			Username:              cfg.Username,
+			Password:              cfg.Password,
+			DB:                    cfg.DB,
+			TLSConfig:             cfg.TLS,
+			ContextTimeoutEnabled: true,
+		})
+	}
+	x := &Index{
+		rdb:        rdb,
+		cfg:        cfg,
+		timeout:    cfg.Timeout,
+		kClients:   cfg.Prefix + "clients:" + cfg.Owner,
+		kLease:     cfg.Prefix + "lease:" + cfg.Owner,
+		kPrimed:    cfg.Prefix + "primed:" + cfg.Owner,
+		kHoldParts: cfg.Prefix + "holdparts",
+	}
+	cctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+	defer cancel()
+	info, err := rdb.Info(cctx, "memory").Result()
+	if err != nil {
+		rdb.Close()
+		return nil, fmt.Errorf("redis: cannot reach %s: %w: %w", cfg.where(), waterline.ErrUnavailable, err)
+	}
+	if err := checkEviction(info); err != nil {
+		rdb.Close()
+		return nil, fmt.Errorf("redis: %s: %w", cfg.where(), err)
+	}
+	return x, nil
+}
+
+// checkEviction refuses a server that may evict keys without a TTL: an
+// evicted pin would lower the safe-delete line and let GC delete rows a
+// client has not acknowledged. The index sets no TTLs, so noeviction and
+// the volatile-* policies are safe.
+func checkEviction(info string) error {
+	f := infoFields(info)
+	policy := f["maxmemory_policy"]
+	if maxmem, _ := strconv.ParseInt(f["maxmemory"], 10, 64); maxmem > 0 && strings.HasPrefix(policy, "allkeys-") {
+		return fmt.Errorf("maxmemory-policy %s may evict the index's keys and make GC over-delete; use noeviction or a volatile-* policy (or a dedicated Redis)", policy)
+	}
+	return nil
+}
+
+// Owner returns the owner name this index writes under.
+func (x *Index) Owner() string { return x.cfg.Owner }
+
+// Close closes the connections. Idempotent; the index is unusable after.
+func (x *Index) Close() error {
+	x.closeOnce.Do(func() { x.closeErr = x.rdb.Close() })
+	return x.closeErr
+}
+
+// call returns a context bounded by the per-call timeout.
+func (x *Index) call(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, x.timeout)
+}
+
+// unavailable wraps a Redis failure so that errors.Is finds both
+// waterline.ErrUnavailable and the cause.
+func unavailable(op string, err error) error {
+	return fmt.Errorf("redis: %s: %w: %w", op, waterline.ErrUnavailable, err)
+}
+
+func unknown(op, clientID string) error {
+	return fmt.Errorf("redis: %s %q: %w", op, clientID, waterline.ErrUnknownClient)
+}
+
+// Key builders; doc.go has the layout.
+func (x *Index) kState(cid string) string   { return x.cfg.Prefix + "st:" + cid }
+func (x *Index) kParts(cid string) string   { return x.cfg.Prefix + "parts:" + cid }
+func (x *Index) kPins(part int32) string    { return x.cfg.Prefix + "pins:" + itoa32(part) }
+func (x *Index) kHolds(part int32) string   { return x.cfg.Prefix + "holds:" + itoa32(part) }
+func (x *Index) kHoldExp(part int32) string { return x.cfg.Prefix + "holdexp:" + itoa32(part) }
+
+func itoa32(p int32) string { return strconv.FormatInt(int64(p), 10) }
+
+// infoFields parses INFO output into its key:value fields.
+func infoFields(info string) map[string]string {
+	out := map[string]string{}
+	for line := range strings.SplitSeq(info, "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		if k, v, ok := strings.Cut(line, ":"); ok {
+			out[k] = v
+		}
+	}
+	return out
+}

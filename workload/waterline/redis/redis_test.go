@@ -1,0 +1,345 @@
+package redis_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/tetra-messenger/tetra/workload/internal/testenv"
+	"github.com/tetra-messenger/tetra/workload/waterline"
+	"github.com/tetra-messenger/tetra/workload/waterline/redis"
+	"github.com/tetra-messenger/tetra/workload/waterline/waterlinetest"
+)
+
+// newIndex returns an index on the test Redis under a fresh prefix, closed
+// (and its keys deleted by testenv) when the test ends.
+func newIndex(tb testing.TB, edit ...func(*redis.Config)) (*redis.Index, redis.Config) {
+	tb.Helper()
+	url, prefix := testenv.Redis(tb)
+	cfg := redis.Config{URL: url, Prefix: prefix}
+	for _, f := range edit {
+		f(&cfg)
+	}
+	x, err := redis.New(context.Background(), cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { x.Close() })
+	return x, cfg
+}
+
+func TestConformance(t *testing.T) {
+	waterlinetest.Run(t, func(t *testing.T) waterline.Index {
+		x, _ := newIndex(t)
+		return x
+	})
+}
+
+// rawClient is a plain client on the test Redis.
+func rawClient(t testing.TB, url string) *goredis.Client {
+	t.Helper()
+	opt, err := goredis.ParseURL(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := goredis.NewClient(opt)
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// TestFlushUnprimes: losing the keys (FLUSHALL, a restart without
+// persistence, a fresh instance; here: deleting the prefix) makes State
+// report unprimed, which is what makes the engine rebuild before any delete.
+func TestFlushUnprimes(t *testing.T) {
+	ctx := t.Context()
+	x, cfg := newIndex(t)
+	id, err := x.Identity(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := x.Connect(ctx, waterline.Client{ID: "c"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := x.Sent(ctx, "c", []waterline.Entry{{MessageID: "m", Pos: 7}}, time.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if err := x.MarkPrimed(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := x.State(ctx); err != nil || !st.Primed || st.Identity != id {
+		t.Fatalf("State = %+v, %v; want primed with %q", st, err, id)
+	}
+
+	testenv.DeletePrefix(ctx, rawClient(t, cfg.URL), cfg.Prefix)
+
+	if st, err := x.State(ctx); err != nil || st.Primed {
+		t.Fatalf("State after the flush = %+v, %v; want unprimed", st, err)
+	}
+	if _, ok, err := x.SafeLine(ctx, 0); err != nil || ok {
+		t.Fatalf("SafeLine after the flush: ok %v, %v; want nothing pinned", ok, err)
+	}
+	_, err = x.Sent(ctx, "c", []waterline.Entry{{MessageID: "m2", Pos: 8}}, time.Now())
+	if !errors.Is(err, waterline.ErrUnknownClient) {
+		t.Fatalf("Sent after the flush: %v; want ErrUnknownClient", err)
+	}
+}
+
+// TestOwnersShareTheLine: two processes (owners) on one prefix see each
+// other's pins in SafeLine, but each lists, expires, counts and resets only
+// its own clients and holds.
+func TestOwnersShareTheLine(t *testing.T) {
+	ctx := t.Context()
+	a, cfg := newIndex(t, func(c *redis.Config) { c.Owner = "pod-a" })
+	b, err := redis.New(ctx, redis.Config{URL: cfg.URL, Prefix: cfg.Prefix, Owner: "pod-b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	lease := time.Now().Add(-time.Second).Truncate(time.Millisecond)
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(a.Connect(ctx, waterline.Client{ID: "ca"}))
+	must(b.Connect(ctx, waterline.Client{ID: "cb"}))
+	_, err = a.Sent(ctx, "ca", []waterline.Entry{{MessageID: "m1", Pos: 10}}, lease)
+	must(err)
+	_, err = b.Sent(ctx, "cb", []waterline.Entry{{MessageID: "m2", Pos: 5}}, lease)
+	must(err)
+	must(a.Hold(ctx, "poller", 0, 3, time.Hour))
+	must(b.Hold(ctx, "poller", 0, 4, time.Hour)) // same holder name, another owner
+
+	wantLine := func(x *redis.Index, want int64) {
+		t.Helper()
+		l, ok, err := x.SafeLine(ctx, 0)
+		if err != nil || !ok || l != want {
+			t.Fatalf("SafeLine = %d, %v, %v; want %d", l, ok, err, want)
+		}
+	}
+	wantLine(a, 3)
+	wantLine(b, 3)
+	if _, err := a.Sent(ctx, "cb", nil, lease); !errors.Is(err, waterline.ErrUnknownClient) {
+		t.Fatalf("a.Sent to b's client: %v; want ErrUnknownClient", err)
+	}
+	if ok, err := a.Withdraw(ctx, "cb"); err != nil || ok {
+		t.Fatalf("a.Withdraw(b's client) = %v, %v; want false", ok, err)
+	}
+	ps, err := a.Expired(ctx, time.Now(), 10)
+	must(err)
+	if len(ps) != 1 || ps[0].ClientID != "ca" {
+		t.Fatalf("a.Expired = %+v; want only ca's entry", ps)
+	}
+	if st, _ := a.Stats(ctx); st != (waterline.Stats{Clients: 1, Pending: 1}) {
+		t.Fatalf("a.Stats = %+v", st)
+	}
+
+	must(a.MarkPrimed(ctx, "x"))
+	must(b.MarkPrimed(ctx, "y"))
+	must(a.Reset(ctx))
+	wantLine(b, 4) // a's hold and pin are gone; b's hold (4) and pin (5) stay
+	must(b.Hold(ctx, "poller", 0, -1, 0))
+	wantLine(b, 5)
+	if st, _ := b.State(ctx); !st.Primed || st.Identity != "y" {
+		t.Fatalf("b.State after a.Reset = %+v; want primed y", st)
+	}
+	if st, _ := a.State(ctx); st.Primed {
+		t.Fatalf("a.State after Reset = %+v; want unprimed", st)
+	}
+	if cs, _ := b.Clients(ctx); len(cs) != 1 || cs[0].ID != "cb" {
+		t.Fatalf("b.Clients = %+v", cs)
+	}
+}
+
+// TestExpiredTiesByPos: equal leases come lowest position first, also
+// across clients and beyond a limit, and also for negative positions.
+func TestExpiredTiesByPos(t *testing.T) {
+	ctx := t.Context()
+	x, _ := newIndex(t)
+	lease := time.Now().Truncate(time.Millisecond)
+	for _, c := range []string{"z", "a", "m"} {
+		if err := x.Connect(ctx, waterline.Client{ID: c}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send := func(c string, pos int64) {
+		if _, err := x.Sent(ctx, c, []waterline.Entry{{MessageID: fmt.Sprint("m", pos), Pos: pos}}, lease); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send("z", 30)
+	send("a", 200)
+	send("m", -5)
+	send("z", 1)
+	send("a", 7)
+	ps, err := x.Expired(ctx, lease, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, p := range ps {
+		got = append(got, fmt.Sprintf("%s:%d", p.ClientID, p.Pos))
+	}
+	if g := strings.Join(got, " "); g != "m:-5 z:1 a:7 z:30" {
+		t.Fatalf("Expired = %s; want m:-5 z:1 a:7 z:30", g)
+	}
+}
+
+// TestSubMillisecondLease: a lease is never due before it ends.
+func TestSubMillisecondLease(t *testing.T) {
+	ctx := t.Context()
+	x, _ := newIndex(t)
+	if err := x.Connect(ctx, waterline.Client{ID: "c"}); err != nil {
+		t.Fatal(err)
+	}
+	lease := time.Now().Truncate(time.Millisecond).Add(300 * time.Microsecond)
+	if _, err := x.Sent(ctx, "c", []waterline.Entry{{MessageID: "m", Pos: 1}}, lease); err != nil {
+		t.Fatal(err)
+	}
+	for _, now := range []time.Time{lease.Add(-time.Microsecond), lease.Truncate(time.Millisecond)} {
+		if ps, err := x.Expired(ctx, now, 10); err != nil || len(ps) != 0 {
+			t.Fatalf("Expired(%v) before the lease %v = %+v, %v", now, lease, ps, err)
+		}
+	}
+	ps, err := x.Expired(ctx, lease.Add(700*time.Microsecond), 10)
+	if err != nil || len(ps) != 1 || ps[0].LeaseUntil.Before(lease) {
+		t.Fatalf("Expired after the lease = %+v, %v", ps, err)
+	}
+}
+
+// TestRestoreLarge: a Restore bigger than one script call restores every
+// entry and the pin is the lowest position from the start.
+func TestRestoreLarge(t *testing.T) {
+	ctx := t.Context()
+	x, _ := newIndex(t)
+	if err := x.Connect(ctx, waterline.Client{ID: "c"}); err != nil {
+		t.Fatal(err)
+	}
+	var es []waterline.Entry
+	for i := range 12_000 {
+		// Descending positions, so the lowest comes last.
+		es = append(es, waterline.Entry{MessageID: fmt.Sprint("m", i), Partition: int32(i % 2), Pos: int64(100_000 - i)})
+	}
+	if err := x.Restore(ctx, "c", es); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := x.Stats(ctx); err != nil || st.Pending != len(es) {
+		t.Fatalf("Stats = %+v, %v; want %d pending", st, err, len(es))
+	}
+	for p, want := range map[int32]int64{0: 100_000 - 11_998, 1: 100_000 - 11_999} {
+		if l, ok, err := x.SafeLine(ctx, p); err != nil || !ok || l != want {
+			t.Fatalf("SafeLine(%d) = %d, %v, %v; want %d", p, l, ok, err, want)
+		}
+	}
+}
+
+func TestPositionBounds(t *testing.T) {
+	ctx := t.Context()
+	x, _ := newIndex(t)
+	if err := x.Connect(ctx, waterline.Client{ID: "c"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := x.Sent(ctx, "c", []waterline.Entry{{MessageID: "m", Pos: redis.MaxPos + 1}}, time.Now()); err == nil {
+		t.Fatal("Sent beyond MaxPos: no error")
+	}
+	if err := x.Hold(ctx, "h", 0, redis.MaxPos+1, time.Second); err == nil {
+		t.Fatal("Hold beyond MaxPos: no error")
+	}
+	if err := x.Hold(ctx, "h", 0, 5, 0); err == nil {
+		t.Fatal("Hold with ttl 0: no error")
+	}
+	if err := x.Connect(ctx, waterline.Client{ID: "a\x00b"}); err == nil {
+		t.Fatal("Connect with a NUL in the id: no error")
+	}
+	if _, err := x.Sent(ctx, "c", []waterline.Entry{{MessageID: "big", Pos: redis.MaxPos}}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if l, ok, err := x.SafeLine(ctx, 0); err != nil || !ok || l != redis.MaxPos {
+		t.Fatalf("SafeLine = %d, %v, %v; want MaxPos exactly", l, ok, err)
+	}
+}
+
+func TestConfigValidation(t *testing.T) {
+	for _, tc := range []struct {
+		cfg  redis.Config
+		want string
+	}{
+		{redis.Config{}, "URL or SentinelAddrs"},
+		{redis.Config{URL: "redis://x:1", SentinelAddrs: []string{"y:2"}}, "exclusive"},
+		{redis.Config{URL: "http://x"}, "URL"},
+		{redis.Config{URL: "redis://x:1", Password: "p"}, "Sentinel mode only"},
+		{redis.Config{SentinelAddrs: []string{"y:2"}}, "MasterName"},
+		{redis.Config{SentinelAddrs: []string{"nope"}, MasterName: "m"}, "SentinelAddrs[0]"},
+		{redis.Config{URL: "redis://x:1", Owner: "a\x00b"}, "Owner"},
+		{redis.Config{URL: "redis://x:1", Timeout: -time.Second}, "Timeout"},
+		{redis.Config{URL: "redis://x:1", Timeout: time.Hour}, "Timeout"},
+	} {
+		_, err := redis.New(t.Context(), tc.cfg)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("New(%+v) = %v; want an error naming %s", tc.cfg, err, tc.want)
+		}
+	}
+}
+
+// TestUnreachable: a server that does not answer fails New with an error
+// that names the address without its password and wraps ErrUnavailable.
+func TestUnreachable(t *testing.T) {
+	addr := testenv.FreeAddr(t) // nothing listens there
+	_, err := redis.New(t.Context(), redis.Config{URL: "redis://tetra:s3cret@" + addr + "/0", Timeout: 2 * time.Second})
+	if !errors.Is(err, waterline.ErrUnavailable) {
+		t.Fatalf("New = %v; want ErrUnavailable", err)
+	}
+	if msg := err.Error(); !strings.Contains(msg, addr) || strings.Contains(msg, "s3cret") {
+		t.Fatalf("error %q: want the address %s and no password", msg, addr)
+	}
+	t.Log(err)
+}
+
+// TestErrorsWrapUnavailable: once the server is gone, every method's error
+// wraps ErrUnavailable.
+func TestErrorsWrapUnavailable(t *testing.T) {
+	ctx := t.Context()
+	x, _ := newIndex(t, func(c *redis.Config) { c.Timeout = time.Second })
+	if err := x.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := x.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	_, err1 := x.Sent(ctx, "c", nil, time.Now())
+	_, err2 := x.Ack(ctx, "c", nil)
+	_, _, err3 := x.SafeLine(ctx, 0)
+	_, err4 := x.State(ctx)
+	_, err5 := x.Identity(ctx)
+	_, err6 := x.Expired(ctx, time.Now(), 1)
+	_, err7 := x.Withdraw(ctx, "c")
+	err8 := x.Reset(ctx)
+	_, err9 := x.Stats(ctx)
+	for i, err := range []error{err1, err2, err3, err4, err5, err6, err7, err8, err9} {
+		if !errors.Is(err, waterline.ErrUnavailable) {
+			t.Errorf("call %d: %v; want ErrUnavailable", i+1, err)
+		}
+	}
+}
+
+func TestIdentityFormat(t *testing.T) {
+	x, cfg := newIndex(t)
+	id, err := x.Identity(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := rawClient(t, cfg.URL).Info(t.Context(), "server").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	runID, replID, ok := strings.Cut(id, "/")
+	if !ok || len(runID) != 40 || len(replID) != 40 || !strings.Contains(info, "run_id:"+runID) {
+		t.Fatalf("Identity = %q; want run_id/master_replid of the server", id)
+	}
+}

@@ -53,7 +53,7 @@ CONTAINER_TOOL ?= docker
 .PHONY: manifests generate operator run-operator envtest-assets test-operator docker-build docker-build-operator
 
 manifests: ## CRD, RBAC (from markers) into config/, copied into the chart
-	$(CONTROLLER_GEN) rbac:roleName=tetra-operator crd paths="./api/..." paths="./controllers/..." \
+	$(CONTROLLER_GEN) rbac:roleName=manager-role crd paths="./api/..." paths="./controllers/..." \
 	  output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
 	mkdir -p $(CHART)/files/crds $(CHART)/files/rbac
 	cp config/crd/bases/tetra.dev_messengers.yaml $(CHART)/files/crds/
@@ -78,4 +78,4 @@ docker-build: ## the workload image (needs a container engine)
 	$(CONTAINER_TOOL) build -t $(IMG) --build-arg TARGET=./workload/cmd/tetra .
 
 docker-build-operator: ## the operator image (needs a container engine)
-	$(CONTAINER_TOOL) build -t $(OPERATOR_IMG) --build-arg TARGET=. --build-arg BIN=manager .
+	$(CONTAINER_TOOL) build -t $(OPERATOR_IMG) --build-arg TARGET=. .

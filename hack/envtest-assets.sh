@@ -4,6 +4,8 @@
 # outside the repository. Prints the directory to use as KUBEBUILDER_ASSETS.
 #
 #   hack/envtest-assets.sh            # build if missing, print the directory
+#   hack/envtest-assets.sh --if-present   # print the directory if both
+#                                         # binaries exist, else exit 1
 #
 # Versions: kube-apiserver from k8s.io/kubernetes $K8S_VERSION (staging
 # modules replaced by their published v0 versions), etcd $ETCD_VERSION.
@@ -15,7 +17,23 @@ ETCD_VERSION="${ETCD_VERSION:-3.6.16}"
 CACHE="${TETRA_ENVTEST_CACHE:-$HOME/.cache/tetra-envtest}"
 DIR="$CACHE/k8s-$K8S_VERSION-etcd-$ETCD_VERSION"
 export GOFLAGS="-mod=mod"
+
+if [ "${1:-}" = "--if-present" ]; then
+  [ -x "$DIR/etcd" ] && [ -x "$DIR/kube-apiserver" ] || exit 1
+  echo "$DIR"
+  exit 0
+fi
+
 mkdir -p "$DIR"
+# One build at a time: a second caller (another test package, CI right after
+# a developer's run) waits for the first and then finds the binaries.
+if command -v flock >/dev/null; then
+  exec 9>"$CACHE/.lock"
+  if ! flock -n 9; then
+    echo "envtest: another build of the assets is running; waiting for it..." >&2
+    flock 9
+  fi
+fi
 
 build_apiserver() {
   local work; work="$(mktemp -d)"
@@ -80,6 +98,9 @@ GO
   rm -rf "$work"
 }
 
+if [ ! -x "$DIR/etcd" ] || [ ! -x "$DIR/kube-apiserver" ]; then
+  echo "envtest: $DIR lacks the envtest binaries; a fresh machine builds them once from the Go module proxy" >&2
+fi
 [ -x "$DIR/etcd" ] || build_etcd
 [ -x "$DIR/kube-apiserver" ] || build_apiserver
 echo "$DIR"

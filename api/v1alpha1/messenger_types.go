@@ -130,6 +130,7 @@ type JWTSpec struct {
 type RetentionSpec struct {
 	// History older than this is purged. Default 2160h (90 days).
 	// +kubebuilder:default="2160h"
+	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
 	// +kubebuilder:validation:MaxLength=32
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1h') && duration(self) <= duration('876000h')",message="spec.retention.history must be between 1h and 876000h"
@@ -138,6 +139,7 @@ type RetentionSpec struct {
 	// OutboxBackstop: outbox rows older than this are deleted even when a
 	// recipient still pins them. Default 26h.
 	// +kubebuilder:default="26h"
+	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
 	// +kubebuilder:validation:MaxLength=32
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1m') && duration(self) <= duration('8760h')",message="spec.retention.outboxBackstop must be between 1m and 8760h"
@@ -151,6 +153,7 @@ type DeliverySpec struct {
 	// Lease: a sent, unacknowledged message is re-delivered after this
 	// long. Default 10s.
 	// +kubebuilder:default="10s"
+	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
 	// +kubebuilder:validation:MaxLength=32
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('100ms') && duration(self) <= duration('1h')",message="spec.delivery.lease must be between 100ms and 1h"
@@ -173,6 +176,7 @@ type DeliverySpec struct {
 	// ReconnectGrace: the reapers spare connections younger than this.
 	// Default 0s.
 	// +kubebuilder:default="0s"
+	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
 	// +kubebuilder:validation:MaxLength=32
 	// +kubebuilder:validation:XValidation:rule="duration(self) <= duration('1h')",message="spec.delivery.reconnectGrace must be between 0s and 1h"
@@ -180,6 +184,7 @@ type DeliverySpec struct {
 	ReconnectGrace *metav1.Duration `json:"reconnectGrace,omitempty"`
 	// PingInterval is the server's ping cadence. Default 15s.
 	// +kubebuilder:default="15s"
+	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
 	// +kubebuilder:validation:MaxLength=32
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('100ms') && duration(self) <= duration('10m')",message="spec.delivery.pingInterval must be between 100ms and 10m"
@@ -188,6 +193,7 @@ type DeliverySpec struct {
 	// IdleTimeout: a connection silent for pingInterval+idleTimeout is
 	// closed as idle (the workload's ping timeout). Default 10s.
 	// +kubebuilder:default="10s"
+	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
 	// +kubebuilder:validation:MaxLength=32
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('100ms') && duration(self) <= duration('10m')",message="spec.delivery.idleTimeout must be between 100ms and 10m"
@@ -195,6 +201,7 @@ type DeliverySpec struct {
 	IdleTimeout *metav1.Duration `json:"idleTimeout,omitempty"`
 	// GCGrace: an outbox row younger than this is never deleted. Default 5s.
 	// +kubebuilder:default="5s"
+	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
 	// +kubebuilder:validation:MaxLength=32
 	// +kubebuilder:validation:XValidation:rule="duration(self) <= duration('1h')",message="spec.delivery.gcGrace must be between 0s and 1h"
@@ -202,6 +209,7 @@ type DeliverySpec struct {
 	GCGrace *metav1.Duration `json:"gcGrace,omitempty"`
 	// GCInterval is the waterline GC's cadence. Default 1s.
 	// +kubebuilder:default="1s"
+	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
 	// +kubebuilder:validation:MaxLength=32
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('10ms') && duration(self) <= duration('1h')",message="spec.delivery.gcInterval must be between 10ms and 1h"
@@ -209,6 +217,7 @@ type DeliverySpec struct {
 	GCInterval *metav1.Duration `json:"gcInterval,omitempty"`
 	// PollInterval is the outbox poller's cadence. Default 100ms.
 	// +kubebuilder:default="100ms"
+	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
 	// +kubebuilder:validation:MaxLength=32
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1ms') && duration(self) <= duration('1m')",message="spec.delivery.pollInterval must be between 1ms and 1m"

@@ -44,12 +44,28 @@ func NewSigner(secret []byte) (*Signer, error) {
 // is not empty; otherwise it reads dataDir/jwt.secret, creating the directory
 // and a new random 32-byte secret when missing.
 func LoadSecret(env, dataDir string) ([]byte, error) {
+	b, _, err := LoadOrCreateSecret(env, dataDir)
+	return b, err
+}
+
+// LoadOrCreateSecret is LoadSecret that also reports whether it created a
+// new secret file (so a caller can warn that tokens signed with it match
+// only servers using the same directory).
+func LoadOrCreateSecret(env, dataDir string) (secret []byte, created bool, err error) {
 	if env != "" {
-		return []byte(env), nil
+		return []byte(env), false, nil
 	}
 	if dataDir == "" {
-		return nil, errors.New("auth: no TETRA_JWT_SECRET and no data directory to keep a secret in")
+		return nil, false, errors.New("auth: no TETRA_JWT_SECRET and no data directory to keep a secret in")
 	}
+	if _, err := os.Stat(filepath.Join(dataDir, SecretFile)); errors.Is(err, os.ErrNotExist) {
+		created = true
+	}
+	b, err := loadSecret(dataDir)
+	return b, created && err == nil, err
+}
+
+func loadSecret(dataDir string) ([]byte, error) {
 	path := filepath.Join(dataDir, SecretFile)
 	b, err := os.ReadFile(path)
 	if err == nil {
@@ -73,7 +89,7 @@ func LoadSecret(env, dataDir string) ([]byte, error) {
 	// O_EXCL: if another process created it first, use theirs.
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if errors.Is(err, os.ErrExist) {
-		return LoadSecret("", dataDir)
+		return loadSecret(dataDir)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("auth: create %s: %w", path, err)

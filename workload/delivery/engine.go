@@ -43,6 +43,10 @@ type Config struct {
 	// Holder names this process's poller hold in the index; default a
 	// random "poller-<ulid>".
 	Holder string
+	// OnDelivered, when set, is called for every first delivery of a
+	// message to a connection with the path ("fast" or "poll") and the
+	// time since the message was accepted. It must be cheap.
+	OnDelivered func(path string, sinceAccept time.Duration)
 }
 
 func (c Config) withDefaults() Config {
@@ -67,18 +71,18 @@ func (c Config) withDefaults() Config {
 // Stats are the engine's counters since start. All fields are totals except
 // Connected, SafeLine and OutboxDepth-like gauges.
 type Stats struct {
-	Connected       int
-	FastDeliveries  int64 // frames sent by the fast path
-	PollDeliveries  int64 // first sends by the poller
-	Redeliveries    int64 // re-sends after a lease expired
-	FastShed        int64 // fast-path items dropped to the poller
-	Acks            int64 // message ids acknowledged
-	Withdrawals     map[string]int64
-	GCDeleted       int64
-	GCPasses        int64
-	Rebuilds        map[string]int64
-	SafeLine        map[int32]int64
-	EnqueueFailures int64 // frames not queued because a connection's queue was full
+	Connected       int              `json:"connected"`
+	FastDeliveries  int64            `json:"fastDeliveries"`  // frames sent by the fast path
+	PollDeliveries  int64            `json:"pollDeliveries"`  // first sends by the poller
+	Redeliveries    int64            `json:"redeliveries"`    // re-sends after a lease expired
+	FastShed        int64            `json:"fastShed"`        // fast-path items dropped to the poller
+	Acks            int64            `json:"acks"`            // message ids acknowledged
+	Withdrawals     map[string]int64 `json:"withdrawals"`     // by reaper (and "superseded", "shutdown")
+	GCDeleted       int64            `json:"gcDeleted"`       // outbox rows deleted by GC
+	GCPasses        int64            `json:"gcPasses"`        // GC passes run
+	Rebuilds        map[string]int64 `json:"rebuilds"`        // index rebuilds by reason
+	SafeLine        map[int32]int64  `json:"safeLine"`        // last safe-delete line per partition
+	EnqueueFailures int64            `json:"enqueueFailures"` // frames not queued: a connection's queue was full
 }
 
 // maxPos marks a horizon not yet known: nothing is delivered to it.
@@ -113,8 +117,9 @@ type Member struct {
 func (m *Member) ID() string { return m.client.ID }
 
 type item struct {
-	entry waterline.Entry
-	frame []byte
+	entry  waterline.Entry
+	frame  []byte
+	sentAt time.Time // the message's acceptance time; zero for re-deliveries
 }
 
 type fastItem struct {
@@ -455,7 +460,7 @@ func (e *Engine) Handoff(results []history.Result) {
 			}
 			e.mu.RUnlock()
 			for _, m := range targets {
-				it := fastItem{m: m, item: item{entry: waterline.Entry{MessageID: r.Message.ID, Partition: d.Partition, Pos: d.Pos}, frame: frame}}
+				it := fastItem{m: m, item: item{entry: waterline.Entry{MessageID: r.Message.ID, Partition: d.Partition, Pos: d.Pos}, frame: frame, sentAt: r.Message.SentAt}}
 				select {
 				case e.fastQ[m.shard] <- it:
 				default:
@@ -547,6 +552,7 @@ func (e *Engine) deliverFast(batch []fastItem) {
 	for m, items := range byMember {
 		n := e.send(m, items)
 		e.fast.Add(int64(n))
+		e.observe("fast", items)
 	}
 }
 
@@ -594,6 +600,18 @@ func (e *Engine) send(m *Member, items []item) int {
 		m.pending.Store(int64(pending))
 	}
 	return n
+}
+
+func (e *Engine) observe(path string, items []item) {
+	if e.cfg.OnDelivered == nil {
+		return
+	}
+	now := e.now()
+	for _, it := range items {
+		if !it.sentAt.IsZero() {
+			e.cfg.OnDelivered(path, now.Sub(it.sentAt))
+		}
+	}
 }
 
 // Broadcast queues frame to every connection of users, except skip.

@@ -157,11 +157,12 @@ func (e *Engine) scan(ctx context.Context, p int32) {
 					f = MessageFrame(r.Message)
 					frames[r.Message.ID] = f
 				}
-				byMember[m] = append(byMember[m], item{entry: waterline.Entry{MessageID: r.Message.ID, Partition: p, Pos: r.Pos}, frame: f})
+				byMember[m] = append(byMember[m], item{entry: waterline.Entry{MessageID: r.Message.ID, Partition: p, Pos: r.Pos}, frame: f, sentAt: r.Message.SentAt})
 			}
 		}
 		for m, items := range byMember {
 			e.polled.Add(int64(e.send(m, items)))
+			e.observe("poll", items)
 		}
 		last := rows[len(rows)-1].Pos
 		pos.Store(last)

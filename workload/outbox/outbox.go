@@ -25,14 +25,14 @@ type Row struct {
 
 // Stats describes one partition.
 type Stats struct {
-	Partition int32
+	Partition int32 `json:"partition"`
 	// Depth is the number of rows present.
-	Depth int64
+	Depth int64 `json:"depth"`
 	// Head is the position of the newest row ever appended (-1 or 0 when
 	// none, see Log.Head); positions never go back, even after deletes.
-	Head int64
+	Head int64 `json:"head"`
 	// OldestAt is the CreatedAt of the oldest row present; zero when empty.
-	OldestAt time.Time
+	OldestAt time.Time `json:"oldestAt,omitzero"`
 }
 
 // Log is the linear-only outbox. Methods are safe for concurrent use.

@@ -47,6 +47,7 @@ func (s *Server) routes() http.Handler {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	mux.HandleFunc("GET /readyz", s.handleReady)
+	mux.Handle("GET /metrics", s.metrics.Handler())
 	mux.HandleFunc("POST /api/chats", s.authed(s.handleCreateChat))
 	mux.HandleFunc("GET /api/chats", s.authed(s.handleListChats))
 	mux.HandleFunc("POST /api/chats/{chatId}/members", s.authed(s.handleAddMember))
@@ -54,6 +55,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /ws", s.handleWS)
 	mux.HandleFunc("GET /admin/stats", s.adminOnly(s.handleAdminStats))
 	mux.HandleFunc("POST /admin/rebuild", s.adminOnly(s.handleAdminRebuild))
+	s.webRoutes(mux) // browser client and demo endpoints (webui.go)
 	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, protocol.CodeNotFound, "no such endpoint: "+r.Method+" "+r.URL.Path)
 	})

@@ -30,6 +30,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/tetra-messenger/tetra/workload/internal/testenv"
 	"github.com/tetra-messenger/tetra/workload/server"
 )
 
@@ -65,6 +66,18 @@ func backends(t *testing.T) []backend {
 			cfg.DataDir = t.TempDir()
 			cfg.Store = "sqlite"
 			cfg.Index = "memory"
+			if mutate != nil {
+				mutate(&cfg)
+			}
+			return startServer(t, cfg)
+		}},
+		{name: "postgres+redis", start: func(t *testing.T, mutate func(*server.Config)) *server.Server {
+			t.Helper()
+			cfg := server.DefaultConfig()
+			cfg.Addr = "127.0.0.1:0"
+			cfg.DataDir = t.TempDir() // only the token secret lives here
+			cfg.Store = testenv.Postgres(t)
+			cfg.Index, cfg.IndexPrefix = testenv.Redis(t)
 			if mutate != nil {
 				mutate(&cfg)
 			}

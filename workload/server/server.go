@@ -19,11 +19,14 @@ import (
 	"github.com/tetra-messenger/tetra/workload/delivery"
 	"github.com/tetra-messenger/tetra/workload/history"
 	"github.com/tetra-messenger/tetra/workload/ingest"
+	"github.com/tetra-messenger/tetra/workload/metrics"
 	"github.com/tetra-messenger/tetra/workload/outbox"
 	"github.com/tetra-messenger/tetra/workload/protocol"
+	"github.com/tetra-messenger/tetra/workload/store/postgres"
 	"github.com/tetra-messenger/tetra/workload/store/sqlite"
 	"github.com/tetra-messenger/tetra/workload/waterline"
 	"github.com/tetra-messenger/tetra/workload/waterline/memory"
+	redisidx "github.com/tetra-messenger/tetra/workload/waterline/redis"
 )
 
 // Config configures a Server. Start from DefaultConfig.
@@ -34,10 +37,19 @@ type Config struct {
 	// embedded default; default "./data".
 	DataDir string
 	// Store selects history and outbox: "" or "sqlite" for SQLite in
-	// DataDir, "sqlite:///abs/path.db" for another file.
+	// DataDir, "sqlite:///abs/path.db" for another file,
+	// "postgres://user:pass@host:5432/db" for PostgreSQL.
 	Store string
-	// Index selects the waterline index: "" or "memory" for in process.
+	// Index selects the waterline index: "" or "memory" for in process,
+	// "redis://host:6379/0" (or rediss://, with a password in the URL) for
+	// Redis, "sentinel" with IndexSentinelAddrs and IndexSentinelMaster.
 	Index string
+	// IndexPrefix prefixes every Redis key; default "tetra:".
+	IndexPrefix string
+	// IndexSentinelAddrs and IndexSentinelMaster select a Redis master
+	// through Sentinel (Index "sentinel").
+	IndexSentinelAddrs  []string
+	IndexSentinelMaster string
 	// JWTSecret signs tokens (TETRA_JWT_SECRET); empty uses the secret
 	// persisted in DataDir.
 	JWTSecret string
@@ -74,6 +86,10 @@ type Config struct {
 	// "accepts" without writing, which the load generator's
 	// reconciliation must catch); production leaves it nil.
 	WrapStore func(history.Store) history.Store
+	// Demo turns on the demo endpoints (webui.go): POST /demo/token mints
+	// tokens for DemoUsers to anyone. Allowed only on the embedded default
+	// without JWTSecret (CheckDemo); off otherwise.
+	Demo bool
 }
 
 // DefaultConfig returns the embedded default configuration.
@@ -119,14 +135,19 @@ type Server struct {
 	tuning atomic.Pointer[config.Tuning]
 	signer *auth.Signer
 
-	store  history.Store
-	outbox outbox.Log
-	index  waterline.Index
-	closer func() error
+	store     history.Store
+	outbox    outbox.Log
+	index     waterline.Index
+	closer    func() error
+	storeKind string
+	indexKind string
 
 	pipeline *ingest.Pipeline
 	engine   *delivery.Engine
 	chats    *chatCache
+	metrics  *metrics.Metrics
+	seenMu   sync.Mutex
+	seen     map[string]struct{} // (user, device) pairs seen connected, for the reconnect count
 
 	httpSrv  *http.Server
 	ln       net.Listener
@@ -175,12 +196,22 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.chats = newChatCache(s.store, 5*time.Second)
-	s.engine, err = delivery.New(s.outbox, s.index, s.Tuning, cfg.Delivery, log)
+	s.seen = map[string]struct{}{}
+	s.metrics = metrics.New(func(ctx context.Context) (metrics.Snapshot, error) {
+		st, err := s.Stats(ctx)
+		return metrics.Snapshot{Delivery: st.Delivery, Outbox: st.Outbox, InboundQueued: st.InboundQueued, TuningReloads: s.tuningReloads.Load()}, err
+	})
+	dcfg := cfg.Delivery
+	dcfg.OnDelivered = s.metrics.Delivered
+	s.engine, err = delivery.New(s.outbox, s.index, s.Tuning, dcfg, log)
 	if err != nil {
 		s.closer()
 		return nil, err
 	}
-	s.pipeline, err = ingest.New(s.store, cfg.Ingest, s.engine.Handoff, s.broadcastReads, ingest.Hooks{}, log)
+	s.pipeline, err = ingest.New(s.store, cfg.Ingest, s.engine.Handoff, s.broadcastReads, ingest.Hooks{
+		Committed: s.metrics.Committed,
+		Failed:    func(int, error) { s.metrics.CommitFailed() },
+	}, log)
 	if err != nil {
 		s.closer()
 		return nil, err
@@ -190,30 +221,49 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 
 func (s *Server) openStores(ctx context.Context) error {
 	store := s.cfg.Store
-	var path string
 	switch {
-	case store == "" || store == "sqlite":
-		path = filepath.Join(s.cfg.DataDir, "tetra.db")
-	case strings.HasPrefix(store, "sqlite://"):
-		path = strings.TrimPrefix(store, "sqlite://")
+	case store == "" || store == "sqlite" || strings.HasPrefix(store, "sqlite://"):
+		path := filepath.Join(s.cfg.DataDir, "tetra.db")
+		if strings.HasPrefix(store, "sqlite://") {
+			path = strings.TrimPrefix(store, "sqlite://")
+		}
+		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+			return fmt.Errorf("server: create the data directory for %s: %w", path, err)
+		}
+		db, err := sqlite.Open(ctx, sqlite.DefaultConfig(path))
+		if err != nil {
+			return fmt.Errorf("server: open the SQLite store at %s: %w", path, err)
+		}
+		s.store, s.outbox, s.closer, s.storeKind = db, db, db.Close, "sqlite"
+	case strings.HasPrefix(store, "postgres://") || strings.HasPrefix(store, "postgresql://"):
+		db, err := postgres.Open(ctx, postgres.DefaultConfig(store))
+		if err != nil {
+			return fmt.Errorf("server: PostgreSQL store unreachable or unusable at %s: %w", redact(store), err)
+		}
+		s.store, s.outbox, s.closer, s.storeKind = db, db, db.Close, "postgres"
 	default:
-		return fmt.Errorf("server: store %q: supported: sqlite (default), sqlite:///path", redact(store))
+		return fmt.Errorf("server: --store %q: supported: sqlite (default, in --data), sqlite:///path.db, postgres://user@host:5432/db", redact(store))
 	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return fmt.Errorf("server: create the data directory for %s: %w", path, err)
-	}
-	db, err := sqlite.Open(ctx, sqlite.DefaultConfig(path))
-	if err != nil {
-		return fmt.Errorf("server: open SQLite store at %s: %w", path, err)
-	}
-	switch s.cfg.Index {
-	case "", "memory":
-		s.index = memory.New()
+	closeStore := s.closer
+	switch idx := s.cfg.Index; {
+	case idx == "" || idx == "memory":
+		s.index, s.indexKind = memory.New(), "memory"
+	case strings.HasPrefix(idx, "redis://") || strings.HasPrefix(idx, "rediss://") || (idx == "sentinel" && len(s.cfg.IndexSentinelAddrs) > 0):
+		rcfg := redisidx.Config{URL: idx, Prefix: s.cfg.IndexPrefix}
+		if idx == "sentinel" {
+			rcfg.URL, rcfg.SentinelAddrs, rcfg.MasterName = "", s.cfg.IndexSentinelAddrs, s.cfg.IndexSentinelMaster
+		}
+		ri, err := redisidx.New(ctx, rcfg)
+		if err != nil {
+			closeStore()
+			return fmt.Errorf("server: Redis index unreachable or unusable at %s: %w", redact(idx), err)
+		}
+		s.index, s.indexKind = ri, "redis"
+		s.closer = func() error { return errors.Join(ri.Close(), closeStore()) }
 	default:
-		db.Close()
-		return fmt.Errorf("server: index %q: supported: memory (default)", redact(s.cfg.Index))
+		closeStore()
+		return fmt.Errorf("server: --index %q: supported: memory (default), redis://host:6379/0, rediss://..., sentinel (with --index-sentinel-addrs and --index-sentinel-master)", redact(idx))
 	}
-	s.store, s.outbox, s.closer = db, db, db.Close
 	if s.cfg.WrapStore != nil {
 		s.store = s.cfg.WrapStore(s.store)
 	}
@@ -294,7 +344,7 @@ func (s *Server) Start(ctx context.Context) error {
 			s.log.Error("http server stopped", "err", err)
 		}
 	}()
-	s.log.Info("tetra serving", "addr", ln.Addr().String(), "store", "sqlite", "index", "memory")
+	s.log.Info("tetra serving", "addr", ln.Addr().String(), "store", s.storeKind, "index", s.indexKind)
 	return nil
 }
 
@@ -387,8 +437,27 @@ func (s *Server) PurgeHistory(ctx context.Context) (int64, error) {
 	}
 }
 
+// Metrics exposes the Prometheus metrics.
+func (s *Server) Metrics() *metrics.Metrics { return s.metrics }
+
+// noteConnection counts a connection for the reconnect metric.
+func (s *Server) noteConnection(user, device string) {
+	key := user + "\x00" + device
+	s.seenMu.Lock()
+	_, again := s.seen[key]
+	if !again {
+		if len(s.seen) > 200000 {
+			s.seen = map[string]struct{}{}
+		}
+		s.seen[key] = struct{}{}
+	}
+	s.seenMu.Unlock()
+	s.metrics.Connection(again)
+}
+
 // broadcastReads forwards saved read receipts to the chats' other members.
 func (s *Server) broadcastReads(reads []history.Read) {
+	s.metrics.ReadReceipts(len(reads))
 	for _, r := range reads {
 		members, err := s.chats.members(context.Background(), r.ChatID)
 		if err != nil {

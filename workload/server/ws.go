@@ -158,6 +158,9 @@ func (c *session) Close(code int, reason string) {
 func (c *session) send(frame any) { c.Enqueue(protocol.Encode(frame)) }
 
 func (c *session) sendError(corr, code, msg string) {
+	if corr != "" {
+		c.srv.metrics.Refused(code)
+	}
 	c.send(protocol.ErrorFrame{Type: protocol.TypeError, CorrelationID: corr, Code: code, Message: msg})
 }
 
@@ -186,6 +189,7 @@ func (c *session) run() {
 		return
 	}
 	c.member = m
+	s.noteConnection(c.user, c.device)
 	go c.pinger(ctx)
 	c.reader(ctx)
 	s.engine.Unregister(m)
@@ -352,6 +356,7 @@ func (c *session) handleSend(m *protocol.Send, credits, perSecond int) {
 	}
 	c.inflight.Add(1)
 	corr := m.CorrelationID
+	read := time.Now()
 	err := c.srv.pipeline.Submit(ingest.Request{
 		Draft: history.Draft{
 			ID: ulid.Make().String(), ChatID: m.ChatID, SenderID: c.user, SenderDevice: c.device,
@@ -365,6 +370,7 @@ func (c *session) handleSend(m *protocol.Send, credits, perSecond int) {
 			case res.Err != nil:
 				c.sendError(corr, codeOf(res.Err), res.Err.Error())
 			default:
+				c.srv.metrics.Accepted(time.Since(read), res.Duplicate)
 				c.send(protocol.Accepted{Type: protocol.TypeAccepted, CorrelationID: corr,
 					MessageID: res.Message.ID, ChatID: res.Message.ChatID, SentAt: res.Message.SentAt.UTC()})
 			}

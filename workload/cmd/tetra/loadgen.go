@@ -17,7 +17,8 @@ func loadgenCmd(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("loadgen", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	def := loadgen.DefaultConfig()
-	build := serverFlags(fs) // the knobs of the server the run starts
+	fs.Usage = usageWithEnv(fs, "tetra loadgen [flags]   (the server knobs apply to the server the run starts)")
+	build := serverFlags(fs, false) // the knobs of the server the run starts
 	url := fs.String("url", "", "target a running server instead of starting one (needs TETRA_JWT_SECRET)")
 	clients := fs.Int("clients", def.Clients, "WebSocket clients (one user each)")
 	group := fs.Int("group-size", def.GroupSize, "members per chat: 2 = pairs in direct chats, more = group chats")

@@ -81,6 +81,22 @@ func envDefaults(fs *flag.FlagSet) error {
 	return errors.Join(errs...)
 }
 
+// usageWithEnv prints the flags of fs, each with its environment variable.
+func usageWithEnv(fs *flag.FlagSet, synopsis string) func() {
+	return func() {
+		out := fs.Output()
+		fmt.Fprintf(out, "usage: %s\n\nEvery flag can also be set by its environment variable (shown in brackets);\na flag on the command line wins.\n\n", synopsis)
+		fs.VisitAll(func(f *flag.Flag) {
+			name, usage := flag.UnquoteUsage(f)
+			fmt.Fprintf(out, "  --%s %s  [%s]\n    \t%s", f.Name, name, envName(f.Name), usage)
+			if f.DefValue != "" && f.DefValue != "0" && f.DefValue != "false" {
+				fmt.Fprintf(out, " (default %s)", f.DefValue)
+			}
+			fmt.Fprintln(out)
+		})
+	}
+}
+
 // envName is the environment variable of a flag: TETRA_ plus the name in
 // upper case, except --data, whose variable is TETRA_DATA_DIR.
 func envName(flagName string) string {
@@ -107,13 +123,18 @@ func newLogger(format, level string, w io.Writer) (*slog.Logger, error) {
 
 // serverFlags registers the server's flags on fs and returns a function
 // that builds the Config once fs is parsed.
-func serverFlags(fs *flag.FlagSet) func() (server.Config, error) {
+func serverFlags(fs *flag.FlagSet, listen bool) func() (server.Config, error) {
 	cfg := server.DefaultConfig()
 	t := &cfg.Tuning
-	fs.StringVar(&cfg.Addr, "addr", cfg.Addr, "listen address")
-	fs.StringVar(&cfg.DataDir, "data", cfg.DataDir, "data directory (SQLite database, persisted token secret)")
-	fs.StringVar(&cfg.Store, "store", "", `history and outbox store: "" (SQLite in --data) or sqlite:///path.db`)
-	fs.StringVar(&cfg.Index, "index", "", `waterline index: "" or memory (in process)`)
+	if listen {
+		fs.StringVar(&cfg.Addr, "addr", cfg.Addr, "listen address")
+		fs.StringVar(&cfg.DataDir, "data", cfg.DataDir, "data directory (SQLite database, persisted token secret)")
+	}
+	fs.StringVar(&cfg.Store, "store", "", `history and outbox store: "" (SQLite in --data), sqlite:///path.db, or postgres://user:pass@host:5432/db`)
+	fs.StringVar(&cfg.Index, "index", "", `waterline index: "" or memory (in process), redis://host:6379/0, or sentinel`)
+	fs.StringVar(&cfg.IndexPrefix, "index-prefix", "tetra:", "prefix of every Redis key")
+	sentinels := fs.String("index-sentinel-addrs", "", "comma-separated Sentinel addresses (with --index sentinel)")
+	fs.StringVar(&cfg.IndexSentinelMaster, "index-sentinel-master", "", "Sentinel master name (with --index sentinel)")
 	fs.StringVar(&cfg.TuningDir, "tuning-dir", "", "directory of tuning files (one per key, as a mounted ConfigMap), reloaded live")
 	fs.DurationVar(&t.Lease, "lease", t.Lease, "re-deliver an unacknowledged message after this long")
 	fs.IntVar(&t.MaxDeliveryAttempts, "max-delivery-attempts", t.MaxDeliveryAttempts, "withdraw a client (4002) when a message is due after this many sends")
@@ -143,6 +164,9 @@ func serverFlags(fs *flag.FlagSet) func() (server.Config, error) {
 		if *origins != "" {
 			cfg.AllowedOrigins = strings.Split(*origins, ",")
 		}
+		if *sentinels != "" {
+			cfg.IndexSentinelAddrs = strings.Split(*sentinels, ",")
+		}
 		return cfg, cfg.Tuning.Validate()
 	}
 }
@@ -150,15 +174,20 @@ func serverFlags(fs *flag.FlagSet) func() (server.Config, error) {
 func serve(args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	build := serverFlags(fs)
+	fs.Usage = usageWithEnv(fs, "tetra serve [flags]   (TETRA_JWT_SECRET: token secret, env only)")
+	build := serverFlags(fs, true)
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
+	demo := fs.Bool("demo", false, "demo mode: the web page signs in as alice, bob or carol (POST /demo/token mints tokens for anyone);\n"+
+		"embedded default only, refused with TETRA_JWT_SECRET; command line only (no environment variable)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	demoGiven := *demo // --demo is never taken from the environment
 	if err := envDefaults(fs); err != nil {
 		return err
 	}
+	*demo = demoGiven
 	log, err := newLogger(*logFormat, *logLevel, stderr)
 	if err != nil {
 		return err
@@ -168,6 +197,13 @@ func serve(args []string, stderr io.Writer) error {
 		return err
 	}
 	cfg.Logger = log
+	cfg.Demo = *demo
+	if _, ok := os.LookupEnv("TETRA_DEMO"); ok {
+		log.Warn("TETRA_DEMO is ignored: the demo is turned on by the --demo flag only")
+	}
+	if err := cfg.CheckDemo(); err != nil {
+		return err
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	srv, err := server.New(ctx, cfg)
@@ -187,6 +223,7 @@ func serve(args []string, stderr io.Writer) error {
 func token(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("token", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Usage = usageWithEnv(fs, "tetra token --user ID [flags]")
 	user := fs.String("user", "", "user id (the token's sub); required")
 	dataDir := fs.String("data", "./data", "data directory whose persisted secret signs the token (ignored when TETRA_JWT_SECRET is set)")
 	ttl := fs.Duration("ttl", 0, "token lifetime (0: no exp)")
@@ -200,9 +237,15 @@ func token(args []string, stdout, stderr io.Writer) error {
 	if *user == "" && !*admin {
 		return errors.New("--user is required (or --admin)")
 	}
-	secret, err := auth.LoadSecret(os.Getenv("TETRA_JWT_SECRET"), *dataDir)
+	if *ttl < 0 {
+		return fmt.Errorf("--ttl must be >= 0 (0: no expiry), got %v", *ttl)
+	}
+	secret, created, err := auth.LoadOrCreateSecret(os.Getenv("TETRA_JWT_SECRET"), *dataDir)
 	if err != nil {
 		return err
+	}
+	if created {
+		fmt.Fprintf(stderr, "tetra token: no secret in %s yet, created one; only a server using --data %s (or the same TETRA_JWT_SECRET) accepts this token\n", *dataDir, *dataDir)
 	}
 	signer, err := auth.NewSigner(secret)
 	if err != nil {

@@ -60,6 +60,10 @@ func validDraft(d history.Draft) error {
 // used, and the member lists not cached; the second takes the append lock
 // (AppendLockKey), inserts every history row and every outbox row with one
 // statement, and commits. The lock is held for that second round trip only.
+// A third is needed when member lists are missing after the first (the
+// chats of duplicates, or every list after a membership change), and a
+// batch of duplicates and rule violations only ends with a ROLLBACK
+// instead of the second.
 // The insert checks that the membership epoch has not moved since the
 // member lists were read; if it has (a member was added meanwhile), or
 // another transaction took a key or message id in between, nothing is
@@ -103,7 +107,7 @@ type commitRun struct {
 	results []history.Result
 
 	epoch   int64
-	members map[string][]string // chat id -> sorted members, nil = unknown chat
+	members map[string][]string // chat id -> sorted members; unknown chats are absent
 	byKey   map[key]history.Message
 	usedIDs map[string]bool // message ids in history
 

@@ -1,20 +1,25 @@
 package redis_test
 
 // The failover tests run the real delivery engine over a real SQLite outbox
-// and this package's index on real redis-server processes, and break Redis
-// the two ways the design paper worries about:
+// and this package's index on real redis-server processes (started here on
+// free loopback ports, killed at cleanup), and lose Redis writes the ways
+// the design paper worries about:
 //
 //   - a stale replica is promoted: it kept the primed flag and an old copy of
 //     the pins, and misses what was written to the old master after it
-//     stopped replicating (the paper's open "stale-replica failover" edge);
-//   - the server restarts empty on the same address.
+//     stopped replicating (the paper's open "stale-replica failover" edge),
+//     reached either through a Service that moves to it or by the old master
+//     resyncing from it and being promoted back;
+//   - the server restarts on the same address, empty or from an old
+//     snapshot.
 //
-// In both the next GC pass must rebuild the index from the outbox before it
+// In each the next GC pass must rebuild the index from the outbox before it
 // deletes anything, and delete none of bob's unacknowledged rows. Each case
 // also runs with the detection switched off (an index wrapper that keeps
 // reporting what the index said before the fault) and then asserts that GC
 // DOES delete unacknowledged rows: proof that the scenario really exercises
-// the check instead of passing by luck.
+// the check instead of passing by luck. TestSentinelFailover checks that
+// Sentinel mode follows a failover and sees the new identity.
 
 import (
 	"bytes"
@@ -158,12 +163,24 @@ func (s *server) do(args ...any) any {
 	return v
 }
 
-// waitFor polls cond every 10ms for up to 10s. There is no event to wait on
+// waitReplicated waits until replica has processed everything master
+// wrote so far. (WAIT would not do: it counts the acknowledgements of the
+// calling connection's own writes, and the index writes on its own.)
+func waitReplicated(t *testing.T, master, replica *server) {
+	t.Helper()
+	want := master.info("replication")["master_repl_offset"]
+	waitFor(t, "the replica to reach offset "+want, func() bool {
+		r := replica.info("replication")
+		return r["master_link_status"] == "up" && r["slave_repl_offset"] == want
+	})
+}
+
+// waitFor polls cond every 10ms for up to 30s. There is no event to wait on
 // for a server's readiness or a replication link, so this is the one place
 // the tests poll.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)
@@ -517,59 +534,69 @@ func (r *rig) rebuilds() map[string]int64 { return r.e.Stats().Rebuilds }
 
 // TestStaleReplicaFailover: B replicates A; bob has unacknowledged messages
 // (pinned, replicated); B is promoted with that state and the primed flag;
-// more messages reach bob with their pins on A only; the Service moves to
-// B. B's pins are an old, incomplete copy, and its primed flag claims all
-// is well. The next GC must notice B's identity and rebuild first.
+// more messages reach bob with their pins on A only. Then either
+//
+//   - service-moves: the Service moves to B (a new run_id and replid behind
+//     the same address), or
+//   - old-master-resyncs: A rejoins as a replica of B, which replaces A's
+//     data with B's stale copy, and is promoted back (the same process, so
+//     the same run_id: only master_replid tells).
+//
+// Either way the server the index talks to holds an old, incomplete copy of
+// the pins and a primed flag that claims all is well. The next GC must
+// notice the identity and rebuild first.
 func TestStaleReplicaFailover(t *testing.T) {
-	t.Run("detected", func(t *testing.T) {
-		r := staleReplica(t, false)
-		if got := r.rebuilds(); got[delivery.RebuildIdentity] != 1 || got[delivery.RebuildColdStart] != 1 {
-			t.Fatalf("Rebuilds = %v; want one cold start and one identity-changed", got)
-		}
-		r.wantNoLoss("after the failover's GC pass")
-
-		// Live delivery resumes from the rebuilt index: what bob had not
-		// acknowledged is re-sent (he dedupes), and once he acknowledges
-		// everything GC drains his rows.
-		before := r.bob.received()
-		r.e.PollOnce(r.ctx)
-		after := r.bob.received()
-		for i, id := range r.sent {
-			if !r.acked[id] && after[id] <= before[id] {
-				t.Fatalf("m%d not re-delivered after the rebuild", i+1)
+	for _, how := range []string{"service-moves", "old-master-resyncs"} {
+		t.Run(how+"/detected", func(t *testing.T) {
+			r := staleReplica(t, how, false)
+			if got := r.rebuilds(); got[delivery.RebuildIdentity] != 1 || got[delivery.RebuildColdStart] != 1 {
+				t.Fatalf("Rebuilds = %v; want one cold start and one identity-changed", got)
 			}
-		}
-		r.ack(r.sent...)
-		r.gc()
-		if rows := r.bobRows(); len(rows) != 0 {
-			t.Fatalf("%d of bob's rows left after he acknowledged everything", len(rows))
-		}
-		r.gc()
-		if got := r.rebuilds()[delivery.RebuildIdentity]; got != 1 {
-			t.Fatalf("identity-changed rebuilds = %d after more passes; want 1", got)
-		}
-	})
+			r.wantNoLoss("after the failover's GC pass")
 
-	// The counterfactual: the same story with the identity check blinded.
-	// GC trusts B's stale pins and deletes rows bob never acknowledged. If
-	// this sub-test ever fails, the scenario no longer exercises the check.
-	t.Run("undetected-overdeletes", func(t *testing.T) {
-		r := staleReplica(t, true)
-		if got := r.rebuilds(); got[delivery.RebuildIdentity] != 0 {
-			t.Fatalf("Rebuilds = %v; the blinded index should not have rebuilt", got)
-		}
-		lost := r.lostUnacked()
-		if len(lost) == 0 {
-			t.Fatal("with the identity check blinded GC deleted nothing unacknowledged: the scenario does not exercise the check")
-		}
-		t.Logf("without the identity check GC deleted bob's unacknowledged %v", lost)
-	})
+			// Live delivery resumes from the rebuilt index: what bob had
+			// not acknowledged is re-sent (he dedupes), and once he
+			// acknowledges everything GC drains his rows.
+			before := r.bob.received()
+			r.e.PollOnce(r.ctx)
+			after := r.bob.received()
+			for i, id := range r.sent {
+				if !r.acked[id] && after[id] <= before[id] {
+					t.Fatalf("m%d not re-delivered after the rebuild", i+1)
+				}
+			}
+			r.ack(r.sent...)
+			r.gc()
+			if rows := r.bobRows(); len(rows) != 0 {
+				t.Fatalf("%d of bob's rows left after he acknowledged everything", len(rows))
+			}
+			r.gc()
+			if got := r.rebuilds()[delivery.RebuildIdentity]; got != 1 {
+				t.Fatalf("identity-changed rebuilds = %d after more passes; want 1", got)
+			}
+		})
+
+		// The counterfactual: the same story with the identity check
+		// blinded. GC trusts the stale pins and deletes rows bob never
+		// acknowledged. If this fails, the scenario no longer exercises
+		// the check.
+		t.Run(how+"/undetected-overdeletes", func(t *testing.T) {
+			r := staleReplica(t, how, true)
+			if got := r.rebuilds(); got[delivery.RebuildIdentity] != 0 {
+				t.Fatalf("Rebuilds = %v; the blinded index should not have rebuilt", got)
+			}
+			lost := r.lostUnacked()
+			if len(lost) == 0 {
+				t.Fatal("with the identity check blinded GC deleted nothing unacknowledged: the scenario does not exercise the check")
+			}
+			t.Logf("without the identity check GC deleted bob's unacknowledged %v", lost)
+		})
+	}
 }
 
-// staleReplica plays the stale-replica story up to and including the first
-// GC pass after the switch. blind freezes the index's Identity before the
-// switch.
-func staleReplica(t *testing.T, blind bool) *rig {
+// staleReplica plays the story up to and including the first GC pass after
+// the failover. blind freezes the index's Identity before the failover.
+func staleReplica(t *testing.T, how string, blind bool) *rig {
 	a, b := startServer(t), startServer(t)
 	b.do("REPLICAOF", "127.0.0.1", strings.Split(a.addr, ":")[1])
 	waitFor(t, "B to replicate A", func() bool { return b.info("replication")["master_link_status"] == "up" })
@@ -586,9 +613,7 @@ func staleReplica(t *testing.T, blind bool) *rig {
 		t.Fatal("GC deleted nothing below bob's pin before the failover")
 	}
 	r.wantNoLoss("before the failover")
-	if n := a.do("WAIT", 1, 5000).(int64); n != 1 {
-		t.Fatalf("WAIT: %d replicas acknowledged; want 1", n)
-	}
+	waitReplicated(t, a, b)
 
 	// B is promoted with that state (pins of m2..m4, the primed flag). A
 	// goes on serving through the Service for a moment, as an old master
@@ -604,30 +629,39 @@ func staleReplica(t *testing.T, blind bool) *rig {
 	r.wantReceived(p2...)
 	r.ack(p2[0])
 	before := identity(t, r.idx.Index)
+	runA := a.info("server")["run_id"]
 	if blind {
 		r.idx.freeze(t, false, true)
 	}
 
-	// The Service moves to B; go-redis reconnects there.
-	svc.switchTo(b.addr)
-	if after := identity(t, r.idx.Index); after == before {
+	switch how {
+	case "service-moves":
+		// The Service moves to B; go-redis reconnects there.
+		svc.switchTo(b.addr)
+	case "old-master-resyncs":
+		a.do("REPLICAOF", "127.0.0.1", strings.Split(b.addr, ":")[1])
+		waitFor(t, "A to resync from B", func() bool { return a.info("replication")["master_link_status"] == "up" })
+		waitReplicated(t, b, a)
+		a.do("REPLICAOF", "NO", "ONE")
+	default:
+		t.Fatalf("unknown failover %q", how)
+	}
+	after := identity(t, r.idx.Index)
+	if after == before {
 		t.Fatalf("identity unchanged across the failover: %s", after)
 	}
-	// B carries the old master's primed flag: without the identity check
+	if run := a.info("server")["run_id"]; how == "old-master-resyncs" && run != runA {
+		t.Fatalf("A's run_id changed (%s -> %s); this case is meant to need master_replid", runA, run)
+	}
+	// The server carries the old primed flag: without the identity check
 	// nothing would tell the engine to rebuild.
 	if st, err := r.idx.Index.State(r.ctx); err != nil || !st.Primed || st.Identity != before {
-		t.Logf("DEBUG B keys %v", b.do("KEYS", "*"))
-		t.Logf("DEBUG A keys %v", a.do("KEYS", "*"))
-		t.Logf("DEBUG B repl %v", b.info("replication"))
-		t.Logf("DEBUG B server %v", b.info("server")["run_id"])
-		t.Logf("DEBUG A server %v", a.info("server")["run_id"])
-		t.Logf("DEBUG identity %v", identity(t, r.idx.Index))
-		t.Fatalf("State on B = %+v, %v; want primed with A's identity %s", st, err, before)
+		t.Fatalf("State after the failover = %+v, %v; want primed with A's old identity %s", st, err, before)
 	}
 
-	// The engine goes on: the poller refreshes its hold (now on B) and bob
-	// acknowledges the rest of phase 1, which empties his stale set on B.
-	// m6..m8 are pinned nowhere on B.
+	// The engine goes on: the poller refreshes its hold and bob
+	// acknowledges the rest of phase 1, which empties his stale set.
+	// m6..m8 are pinned nowhere any more.
 	r.e.PollOnce(r.ctx)
 	r.ack(p1[1:]...)
 	r.gc()
@@ -643,30 +677,47 @@ func identity(t *testing.T, x waterline.Index) string {
 	return id
 }
 
-// TestRestartEmpty: Redis is killed and restarts empty on the same address
-// (run_id changes, the primed flag is gone). Either signal alone must make
-// GC rebuild before it deletes; with both blinded GC over-deletes.
-func TestRestartEmpty(t *testing.T) {
+// TestRestart: Redis is killed (SIGKILL) and restarts on the same address,
+// either empty (no persistence: run_id changes, the primed flag is gone) or
+// from a snapshot taken before bob's latest sends (run_id changes; the
+// primed flag and an old copy of the pins come back: the paper's "drops
+// pending data while keeping primed=1", by restart). Each signal alone must
+// make GC rebuild before it deletes; with them blinded GC over-deletes.
+func TestRestart(t *testing.T) {
 	for _, tc := range []struct {
 		name                string
+		snapshot            bool
 		blindState, blindID bool
-		wantReason          string
+		wantReason          string // "" : no rebuild expected, GC over-deletes
 	}{
-		{"detected", false, false, delivery.RebuildColdStart},
-		{"primed-flag-alone", false, true, delivery.RebuildColdStart},
-		{"identity-alone", true, false, delivery.RebuildIdentity},
-		{"undetected-overdeletes", true, true, ""},
+		{"empty/detected", false, false, false, delivery.RebuildColdStart},
+		{"empty/primed-flag-alone", false, false, true, delivery.RebuildColdStart},
+		{"empty/identity-alone", false, true, false, delivery.RebuildIdentity},
+		{"empty/undetected-overdeletes", false, true, true, ""},
+		{"snapshot/detected", true, false, false, delivery.RebuildIdentity},
+		{"snapshot/undetected-overdeletes", true, false, true, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a := startServer(t)
 			r := newRig(t, "redis://"+a.addr)
 
+			// bob gets m1..m4 and acknowledges m1.
 			p1 := r.commit(4)
 			r.e.PollOnce(r.ctx)
 			r.wantReceived(p1...)
 			r.ack(p1[0])
 			r.gc()
 			r.wantNoLoss("before the restart")
+			acks := p1[1:2]
+			if tc.snapshot {
+				// The snapshot has bob's pins of m2..m4; then bob gets
+				// m5..m8, pinned after it.
+				a.do("SAVE")
+				p2 := r.commit(4)
+				r.e.PollOnce(r.ctx)
+				r.wantReceived(p2...)
+				acks = p1[1:] // empties bob's set as the snapshot has it
+			}
 			before := identity(t, r.idx.Index)
 			r.idx.freeze(t, tc.blindState, tc.blindID)
 
@@ -675,13 +726,17 @@ func TestRestartEmpty(t *testing.T) {
 			if after := identity(t, r.idx.Index); after == before {
 				t.Fatalf("identity unchanged across a restart: %s", after)
 			}
+			st, err := r.idx.Index.State(r.ctx)
+			if err != nil || st.Primed != tc.snapshot {
+				t.Fatalf("State after the restart = %+v, %v; want primed %v", st, err, tc.snapshot)
+			}
 
-			// Life goes on against the empty server: the poller holds,
-			// bob acknowledges m2 (unknown now, ignored), m5 and m6 are
-			// committed (their sends are refused: bob is not registered
-			// there).
+			// Life goes on: the poller holds, bob acknowledges (the
+			// empty server ignores it: he is not registered there), two
+			// more messages are committed and scanned (the empty server
+			// refuses their sends for the same reason).
 			r.e.PollOnce(r.ctx)
-			r.ack(p1[1])
+			r.ack(acks...)
 			r.commit(2)
 			r.e.PollOnce(r.ctx)
 			r.gc()
@@ -693,7 +748,7 @@ func TestRestartEmpty(t *testing.T) {
 				}
 				lost := r.lostUnacked()
 				if len(lost) == 0 {
-					t.Fatal("with both checks blinded GC deleted nothing unacknowledged: the scenario does not exercise them")
+					t.Fatal("with the checks blinded GC deleted nothing unacknowledged: the scenario does not exercise them")
 				}
 				t.Logf("without the checks GC deleted bob's unacknowledged %v", lost)
 				return
@@ -739,11 +794,12 @@ func TestSentinelFailover(t *testing.T) {
 	if err := x.MarkPrimed(ctx, idA); err != nil {
 		t.Fatal(err)
 	}
-	if n := a.do("WAIT", 1, 5000).(int64); n != 1 {
-		t.Fatalf("WAIT: %d replicas acknowledged; want 1", n)
-	}
+	waitReplicated(t, a, b)
 
-	sent.do("SENTINEL", "FAILOVER", "mymaster")
+	// Sentinel answers NOGOODSLAVE until it has polled the replica itself.
+	waitFor(t, "Sentinel to accept the failover", func() bool {
+		return sent.client.Do(ctx, "SENTINEL", "FAILOVER", "mymaster").Err() == nil
+	})
 	waitFor(t, "Sentinel to promote B", func() bool {
 		addr, err := sent.client.Do(ctx, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", "mymaster").StringSlice()
 		return err == nil && len(addr) == 2 && net.JoinHostPort(addr[0], addr[1]) == b.addr

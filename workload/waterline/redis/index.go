@@ -103,6 +103,11 @@ func (x *Index) Restore(ctx context.Context, clientID string, entries []waterlin
 		_, err := x.record(ctx, "restore", clientID, entries, 0, "0", "0")
 		return err
 	}
+	for _, e := range entries { // all or nothing: check before the first chunk
+		if err := checkPos("restore", clientID, e); err != nil {
+			return err
+		}
+	}
 	ordered := lowestFirst(entries)
 	for len(ordered) > 0 {
 		n := min(restoreChunk, len(ordered))
@@ -136,16 +141,23 @@ func lowestFirst(entries []waterline.Entry) []waterline.Entry {
 	return out
 }
 
+func checkPos(op, clientID string, e waterline.Entry) error {
+	if e.Pos > MaxPos || e.Pos < -MaxPos {
+		return fmt.Errorf("redis: %s %q: position %d of %q is beyond ±2^53", op, clientID, e.Pos, e.MessageID)
+	}
+	return nil
+}
+
 // record runs the send script: first is the attempts of a new entry,
 // resend whether a pending one counts an attempt and takes the lease.
 func (x *Index) record(ctx context.Context, op, clientID string, entries []waterline.Entry, lease int64, first, resend string) (int, error) {
 	args := make([]any, 0, 5+4*len(entries))
 	args = append(args, x.cfg.Prefix, clientID, lease, first, resend)
 	for _, e := range entries {
-		if e.Pos > MaxPos || e.Pos < -MaxPos {
-			return 0, fmt.Errorf("redis: %s %q: position %d of %q is beyond ±2^53", op, clientID, e.Pos, e.MessageID)
+		if err := checkPos(op, clientID, e); err != nil {
+			return 0, err
 		}
-		args = append(args, e.MessageID, itoa32(e.Partition), e.Pos, posKey(e.Pos))
+		args = append(args, e.MessageID, itoa32(e.Partition), e.Pos, posKey(e.Pos)+partKey(e.Partition))
 	}
 	cctx, cancel := x.call(ctx)
 	defer cancel()
@@ -184,39 +196,56 @@ func (x *Index) Ack(ctx context.Context, clientID string, messageIDs []string) (
 
 // Expired returns up to limit pending entries of this owner's clients whose
 // lease ended at or before now, earliest lease first, equal leases lowest
-// Pos first: one script, a ZRANGEBYSCORE ... LIMIT over the owner's lease
-// set plus one HGET per entry returned. limit <= 0 returns nothing without
-// a call. It changes nothing.
+// Pos first. It is one plain ZRANGEBYSCORE ... WITHSCORES LIMIT over the
+// owner's lease set, whose members carry every field reported (see
+// scripts.go). limit <= 0 returns nothing without a call. It changes
+// nothing.
 func (x *Index) Expired(ctx context.Context, now time.Time, limit int) ([]waterline.Pending, error) {
 	if limit <= 0 {
 		return nil, nil
 	}
 	cctx, cancel := x.call(ctx)
 	defer cancel()
-	vals, err := expiredScript.Run(cctx, x.rdb, []string{x.kLease}, x.cfg.Prefix, floorMillis(now), limit).StringSlice()
+	zs, err := x.rdb.ZRangeByScoreWithScores(cctx, x.kLease, &goredis.ZRangeBy{
+		Min: "-inf", Max: strconv.FormatInt(floorMillis(now), 10), Count: int64(limit),
+	}).Result()
 	if err != nil {
 		return nil, unavailable("expired", err)
 	}
-	if len(vals)%6 != 0 {
-		return nil, fmt.Errorf("redis: expired: malformed reply of %d fields", len(vals))
-	}
-	out := make([]waterline.Pending, 0, len(vals)/6)
-	for i := 0; i < len(vals); i += 6 {
-		part, err1 := strconv.ParseInt(vals[i+2], 10, 32)
-		pos, err2 := parsePosKey(vals[i+3])
-		att, err3 := strconv.Atoi(vals[i+4])
-		lease, err4 := strconv.ParseInt(vals[i+5], 10, 64)
-		if err := errors.Join(err1, err2, err3, err4); err != nil {
-			return nil, fmt.Errorf("redis: expired: malformed entry %q/%q: %w", vals[i], vals[i+1], err)
+	out := make([]waterline.Pending, 0, len(zs))
+	for _, z := range zs {
+		p, err := parseLease(z)
+		if err != nil {
+			return nil, fmt.Errorf("redis: expired: %w", err)
 		}
-		out = append(out, waterline.Pending{
-			ClientID:   vals[i],
-			Entry:      waterline.Entry{MessageID: vals[i+1], Partition: int32(part), Pos: pos},
-			Attempts:   att,
-			LeaseUntil: time.UnixMilli(lease),
-		})
+		out = append(out, p)
 	}
 	return out, nil
+}
+
+// parseLease decodes a lease member: posKey(16) partKey(8) attempts(8 hex)
+// clientID NUL messageID, scored by the lease in Unix ms.
+func parseLease(z goredis.Z) (waterline.Pending, error) {
+	m, _ := z.Member.(string)
+	bad := func() (waterline.Pending, error) {
+		return waterline.Pending{}, fmt.Errorf("malformed lease member %q", m)
+	}
+	if len(m) < 33 {
+		return bad()
+	}
+	pos, err1 := parsePosKey(m[:16])
+	part, err2 := strconv.ParseUint(m[16:24], 16, 32)
+	att, err3 := strconv.ParseUint(m[24:32], 16, 31)
+	cid, id, ok := strings.Cut(m[32:], "\x00")
+	if err1 != nil || err2 != nil || err3 != nil || !ok {
+		return bad()
+	}
+	return waterline.Pending{
+		ClientID:   cid,
+		Entry:      waterline.Entry{MessageID: id, Partition: int32(uint32(part) ^ (1 << 31)), Pos: pos},
+		Attempts:   int(att),
+		LeaseUntil: time.UnixMilli(int64(z.Score)),
+	}, nil
 }
 
 // Hold pins partition at pos for holder until ttl passes on the Redis
@@ -388,6 +417,11 @@ func posKey(pos int64) string {
 		u >>= 4
 	}
 	return string(b[:])
+}
+
+// partKey encodes a partition in 8 hex digits the same way.
+func partKey(p int32) string {
+	return fmt.Sprintf("%08x", uint32(p)^(1<<31))
 }
 
 func parsePosKey(s string) (int64, error) {

@@ -69,8 +69,9 @@ type Config struct {
 	// away for good is never reset by anyone, and its pins keep rows until
 	// the outbox age backstop deletes them (see Reset).
 	Owner string
-	// Timeout bounds every call to Redis (one round trip, or a few for
-	// chunked Restore); default DefaultTimeout, at least 1ms, at most 10m.
+	// Timeout bounds every round trip to Redis (each chunk of a large
+	// Restore has its own); default DefaultTimeout, at least 1ms, at most
+	// 10m. The caller's context still applies.
 	Timeout time.Duration
 }
 

@@ -9,12 +9,14 @@ import goredis "github.com/redis/go-redis/v9"
 //     are built in the script from it (see doc.go for the layout). This is
 //     why the index needs a single Redis (optionally replicated, optionally
 //     behind Sentinel), not Redis Cluster.
-//   - An entry's state is the hash value "part:attempts:leaseMs:posKey",
-//     where posKey is 16 lowercase hex digits encoding the position so that
-//     byte order is numeric order (see posKey).
-//   - A lease member is posKey .. clientID .. "\0" .. messageID: fixed-width
-//     position first, so entries with equal leases come out of
-//     ZRANGEBYSCORE lowest position first; client ids never contain a NUL.
+//   - An entry's state is the hash value "part:attempts:key", where key is
+//     the 24 hex digits posKey(pos) .. partKey(part) computed by the Go side.
+//   - An entry's lease member is key .. attempts as 8 hex digits ..
+//     clientID .. NUL .. messageID, scored by the lease in Unix ms. It
+//     carries everything Expired reports, so Expired is a plain
+//     ZRANGEBYSCORE ... LIMIT with no script and no lookup; the fixed-width
+//     position comes first, so equal leases come out lowest position first.
+//     A re-send changes the member (attempts), so it is replaced.
 //   - A client's pin of a partition is recomputed from its pending set of
 //     that partition (ZRANGE 0 0 WITHSCORES) after every change to it: set in
 //     the partition's pins when the set is not empty, removed when it is.
@@ -22,10 +24,14 @@ import goredis "github.com/redis/go-redis/v9"
 //   - A script returns -1 for a client that is not registered, before
 //     writing anything.
 
-// stateLua parses an entry's state value; shared by the scripts below.
-const stateLua = `
+// entryLua holds the helpers shared by the client scripts.
+const entryLua = `
 local function parse(v)
-  return string.match(v, '^([^:]+):([^:]+):([^:]+):(.+)$')
+  local part, att, key = string.match(v, '^([^:]+):([^:]+):(.+)$')
+  return part, tonumber(att), key
+end
+local function member(key, att, cid, id)
+  return key .. string.format('%08x', att) .. cid .. '\0' .. id
 end
 local function repin(pfx, cid, part)
   local top = redis.call('ZRANGE', pfx .. 'pend:' .. cid .. ':' .. part, 0, 0, 'WITHSCORES')
@@ -40,28 +46,29 @@ end
 `
 
 // sentScript: KEYS = clients, st, lease; ARGV = prefix, cid, leaseMs,
-// attempts for a new entry ("1" for Sent, "0" for Restore), resend ("1":
-// a pending entry gets attempts+1 and the lease; "0": it is left alone),
-// then (messageID, partition, pos, posKey) per entry. Returns the client's
-// pending count, or -1.
-var sentScript = goredis.NewScript(stateLua + `
+// attempts for a new entry (1 for Sent, 0 for Restore), resend ("1": a
+// pending entry gets attempts+1 and the lease; "0": it is left alone), then
+// (messageID, partition, pos, key) per entry. Returns the client's pending
+// count, or -1.
+var sentScript = goredis.NewScript(entryLua + `
 if redis.call('HEXISTS', KEYS[1], ARGV[2]) == 0 then return -1 end
-local pfx, cid, lease, first, resend = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5] == '1'
+local pfx, cid, lease, first, resend = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5] == '1'
 local touched = {}
 for i = 6, #ARGV, 4 do
   local id = ARGV[i]
   local v = redis.call('HGET', KEYS[2], id)
   if v then
     if resend then
-      local part, att, _, pk = parse(v)
-      redis.call('HSET', KEYS[2], id, part .. ':' .. (tonumber(att) + 1) .. ':' .. lease .. ':' .. pk)
-      redis.call('ZADD', KEYS[3], lease, pk .. cid .. '\0' .. id)
+      local part, att, key = parse(v)
+      redis.call('ZREM', KEYS[3], member(key, att, cid, id))
+      redis.call('ZADD', KEYS[3], lease, member(key, att + 1, cid, id))
+      redis.call('HSET', KEYS[2], id, part .. ':' .. (att + 1) .. ':' .. key)
     end
   else
-    local part, pos, pk = ARGV[i+1], ARGV[i+2], ARGV[i+3]
-    redis.call('HSET', KEYS[2], id, part .. ':' .. first .. ':' .. lease .. ':' .. pk)
+    local part, pos, key = ARGV[i+1], ARGV[i+2], ARGV[i+3]
+    redis.call('HSET', KEYS[2], id, part .. ':' .. first .. ':' .. key)
     redis.call('ZADD', pfx .. 'pend:' .. cid .. ':' .. part, pos, id)
-    redis.call('ZADD', KEYS[3], lease, pk .. cid .. '\0' .. id)
+    redis.call('ZADD', KEYS[3], lease, member(key, first, cid, id))
     touched[part] = true
   end
 end
@@ -71,7 +78,7 @@ return redis.call('HLEN', KEYS[2])
 
 // ackScript: KEYS = clients, st, lease; ARGV = prefix, cid, messageIDs...
 // Returns the client's pending count, or -1.
-var ackScript = goredis.NewScript(stateLua + `
+var ackScript = goredis.NewScript(entryLua + `
 if redis.call('HEXISTS', KEYS[1], ARGV[2]) == 0 then return -1 end
 local pfx, cid = ARGV[1], ARGV[2]
 local touched = {}
@@ -79,10 +86,10 @@ for i = 3, #ARGV do
   local id = ARGV[i]
   local v = redis.call('HGET', KEYS[2], id)
   if v then
-    local part, _, _, pk = parse(v)
+    local part, att, key = parse(v)
     redis.call('ZREM', pfx .. 'pend:' .. cid .. ':' .. part, id)
     redis.call('HDEL', KEYS[2], id)
-    redis.call('ZREM', KEYS[3], pk .. cid .. '\0' .. id)
+    redis.call('ZREM', KEYS[3], member(key, att, cid, id))
     touched[part] = true
   end
 end
@@ -94,14 +101,14 @@ return redis.call('HLEN', KEYS[2])
 // Deletes the registration, the pending sets, the state, the lease entries
 // and the pins of the client. Returns 1, or 0 when the client was not
 // registered (and then touches nothing).
-var withdrawScript = goredis.NewScript(stateLua + `
+var withdrawScript = goredis.NewScript(entryLua + `
 if redis.call('HDEL', KEYS[1], ARGV[2]) == 0 then return 0 end
 local pfx, cid = ARGV[1], ARGV[2]
 local all = redis.call('HGETALL', KEYS[2])
 local batch = {}
 for i = 1, #all, 2 do
-  local _, _, _, pk = parse(all[i+1])
-  batch[#batch+1] = pk .. cid .. '\0' .. all[i]
+  local _, att, key = parse(all[i+1])
+  batch[#batch+1] = member(key, att, cid, all[i])
   if #batch == 1000 then
     redis.call('ZREM', KEYS[3], unpack(batch))
     batch = {}
@@ -114,31 +121,6 @@ for _, part in ipairs(redis.call('SMEMBERS', KEYS[4])) do
 end
 redis.call('DEL', KEYS[2], KEYS[4])
 return 1
-`)
-
-// expiredScript: KEYS = lease; ARGV = prefix, nowMs, limit. Returns six
-// strings per due entry: cid, messageID, partition, posKey, attempts,
-// leaseMs; earliest lease first, equal leases lowest position first.
-var expiredScript = goredis.NewScript(stateLua + `
-local pfx = ARGV[1]
-local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[2], 'LIMIT', 0, ARGV[3])
-local out = {}
-for _, m in ipairs(due) do
-  local rest = string.sub(m, 17)
-  local z = string.find(rest, '\0', 1, true)
-  local cid, id = string.sub(rest, 1, z - 1), string.sub(rest, z + 1)
-  local v = redis.call('HGET', pfx .. 'st:' .. cid, id)
-  if v then
-    local part, att, lease, pk = parse(v)
-    out[#out+1] = cid
-    out[#out+1] = id
-    out[#out+1] = part
-    out[#out+1] = pk
-    out[#out+1] = att
-    out[#out+1] = lease
-  end
-end
-return out
 `)
 
 // timeLua reads the server's clock in milliseconds. Scripts that write

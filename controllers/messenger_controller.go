@@ -1,0 +1,504 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+
+	tetrav1 "github.com/tetra-messenger/tetra/api/v1alpha1"
+	"github.com/tetra-messenger/tetra/internal/operator/adminapi"
+	"github.com/tetra-messenger/tetra/internal/operator/redisid"
+	"github.com/tetra-messenger/tetra/internal/operator/render"
+)
+
+// FieldOwner is the server-side apply field manager of the operator.
+const FieldOwner = "tetra-operator"
+
+// Event reasons. They are part of the operator's interface: alerts and
+// runbooks match on them, so they never change.
+const (
+	ReasonRolloutTriggered          = "RolloutTriggered"
+	ReasonRedisFailoverDetected     = "RedisFailoverDetected"
+	ReasonWatermarkRebuildRequested = "WatermarkRebuildRequested"
+	ReasonSecretMissing             = "SecretMissing"
+)
+
+// Condition reasons.
+const (
+	reasonAvailable        = "Available"
+	reasonUnavailable      = "Unavailable"
+	reasonRollingOut       = "RollingOut"
+	reasonRolloutComplete  = "RolloutComplete"
+	reasonPaused           = "Paused"
+	reasonAsExpected       = "AsExpected"
+	reasonInvalidSpec      = "InvalidSpec"
+	reasonRedisUnreachable = "RedisUnreachable"
+	reasonRedisNoMaster    = "RedisNoMaster"
+	reasonRedisSeveral     = "RedisSeveralMasters"
+)
+
+// secretIndex is the field index of Messengers by referenced Secret name.
+const secretIndex = ".spec.secretRefs"
+
+// RedisProber reads the identity of a Redis master (redisid.Prober).
+type RedisProber interface {
+	Probe(ctx context.Context, t redisid.Target) (redisid.Identity, error)
+}
+
+// MessengerReconciler renders a Messenger's children and watches its Redis.
+type MessengerReconciler struct {
+	client.Client
+	// APIReader reads Secrets and Pods directly from the API server: the
+	// cache holds only Secrets' metadata and no Pods at all.
+	APIReader client.Reader
+	Scheme    *runtime.Scheme
+	Recorder  events.EventRecorder
+
+	// DefaultImage is the workload image for Messengers without spec.image.
+	DefaultImage string
+	// RedisPollInterval is the mean interval between Redis identity
+	// probes (jittered by ±20%). Zero means 10 s.
+	RedisPollInterval time.Duration
+	// Prober reads Redis identities; nil means redisid.Prober{}.
+	Prober RedisProber
+	// Rebuilder calls the workload's rebuild endpoint.
+	Rebuilder adminapi.Rebuilder
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+
+	mu      sync.Mutex
+	pending map[types.NamespacedName]redisid.Identity
+}
+
+// +kubebuilder:rbac:groups=tetra.dev,resources=messengers,verbs=get;list;watch
+// +kubebuilder:rbac:groups=tetra.dev,resources=messengers/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=tetra.dev,resources=messengers/finalizers,verbs=update
+// +kubebuilder:rbac:groups="",resources=configmaps;services,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=pods,verbs=list
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// CacheOptions restricts the manager's cache to what the controller needs:
+// only the ConfigMaps, Deployments, Services and PDBs the operator labels as
+// its own. (Secrets are watched metadata-only; Pods are never cached.)
+func CacheOptions() cache.Options {
+	sel := labels.SelectorFromSet(labels.Set{render.LabelManagedBy: render.ManagedBy})
+	return cache.Options{ByObject: map[client.Object]cache.ByObject{
+		&corev1.ConfigMap{}:             {Label: sel},
+		&appsv1.Deployment{}:            {Label: sel},
+		&corev1.Service{}:               {Label: sel},
+		&policyv1.PodDisruptionBudget{}: {Label: sel},
+	}}
+}
+
+// SetupWithManager registers the controller, its field index and watches.
+func (r *MessengerReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
+	if r.Prober == nil {
+		r.Prober = redisid.Prober{}
+	}
+	if err := mgr.GetFieldIndexer().IndexField(ctx, &tetrav1.Messenger{}, secretIndex, func(o client.Object) []string {
+		return render.SecretNames(o.(*tetrav1.Messenger))
+	}); err != nil {
+		return fmt.Errorf("index messengers by secret: %w", err)
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&tetrav1.Messenger{}, builder.WithPredicates(predicate.Or(
+			predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
+		Owns(&corev1.ConfigMap{}).
+		Owns(&appsv1.Deployment{}).
+		Owns(&corev1.Service{}).
+		Owns(&policyv1.PodDisruptionBudget{}).
+		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.messengersForSecret), builder.OnlyMetadata).
+		Named("messenger").
+		Complete(r)
+}
+
+// messengersForSecret maps a Secret to the Messengers that reference it.
+func (r *MessengerReconciler) messengersForSecret(ctx context.Context, s client.Object) []ctrl.Request {
+	var list tetrav1.MessengerList
+	if err := r.List(ctx, &list, client.InNamespace(s.GetNamespace()), client.MatchingFields{secretIndex: s.GetName()}); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "list messengers for secret", "secret", s.GetName())
+		return nil
+	}
+	reqs := make([]ctrl.Request, len(list.Items))
+	for i, m := range list.Items {
+		reqs[i] = ctrl.Request{NamespacedName: types.NamespacedName{Namespace: m.Namespace, Name: m.Name}}
+	}
+	return reqs
+}
+
+func (r *MessengerReconciler) now() time.Time {
+	if r.Now != nil {
+		return r.Now()
+	}
+	return time.Now()
+}
+
+func (r *MessengerReconciler) pollAfter() time.Duration {
+	d := r.RedisPollInterval
+	if d <= 0 {
+		d = 10 * time.Second
+	}
+	return time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
+}
+
+// Reconcile brings one Messenger's children to the rendered state and, when
+// it has Redis, probes the Redis identity.
+func (r *MessengerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	var m tetrav1.Messenger
+	if err := r.Get(ctx, req.NamespacedName, &m); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.setPending(req.NamespacedName, nil)
+			return ctrl.Result{}, nil
+		}
+		return ctrl.Result{}, err
+	}
+	orig := m.DeepCopy()
+	gen := m.Generation
+
+	if m.Annotations[tetrav1.PausedAnnotation] == "true" {
+		r.setPending(req.NamespacedName, nil)
+		setCondition(&m, tetrav1.ConditionProgressing, metav1.ConditionFalse, reasonPaused,
+			"reconciliation paused by the "+tetrav1.PausedAnnotation+" annotation")
+		return ctrl.Result{}, r.patchStatus(ctx, orig, &m)
+	}
+
+	// Referenced Secrets: existence, keys and versions.
+	secrets, missing, err := r.readSecrets(ctx, &m)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if len(missing) > 0 {
+		msg := "waiting for " + joinMissing(missing)
+		r.Recorder.Eventf(&m, nil, corev1.EventTypeWarning, ReasonSecretMissing, "Reconcile", msg)
+		setCondition(&m, tetrav1.ConditionDegraded, metav1.ConditionTrue, ReasonSecretMissing, msg)
+		setCondition(&m, tetrav1.ConditionReady, metav1.ConditionFalse, ReasonSecretMissing, msg)
+		m.Status.ObservedGeneration = gen
+		// The Secret watch wakes us when it appears.
+		return ctrl.Result{}, r.patchStatus(ctx, orig, &m)
+	}
+	versions := make(map[string]string, len(secrets))
+	for name, s := range secrets {
+		versions[name] = s.ResourceVersion
+	}
+
+	// Redis identity, before rendering: a failover handled by a restart
+	// changes the pod template.
+	var result ctrl.Result
+	degraded := &metav1.Condition{Status: metav1.ConditionFalse, Reason: reasonAsExpected, Message: "no problem seen"}
+	if rs := m.Spec.Redis; rs != nil {
+		result.RequeueAfter = r.pollAfter()
+		url := string(secrets[rs.SecretRef.Name].Data[render.SecretKey(rs.SecretRef.Key, render.DefaultURLKey)])
+		jwt := secrets[m.Spec.JWT.SecretRef.Name].Data[render.SecretKey(m.Spec.JWT.SecretRef.Key, render.DefaultJWTKey)]
+		cond, changed := r.observeRedis(ctx, &m, url, jwt)
+		if cond != nil {
+			degraded = cond
+		}
+		if changed {
+			// Persist the new identity (and restart epoch) before the
+			// Deployment is patched with it, so a failed patch is retried
+			// with the same epoch instead of being forgotten.
+			if err := r.patchStatus(ctx, orig, &m); err != nil {
+				return ctrl.Result{}, err
+			}
+			orig = m.DeepCopy()
+		}
+	}
+
+	var restartEpoch int64
+	if m.Status.Redis != nil {
+		restartEpoch = m.Status.Redis.RestartEpoch
+	}
+	objs, err := render.Render(&m, render.Inputs{DefaultImage: r.DefaultImage, SecretVersions: versions, RestartEpoch: restartEpoch})
+	if err != nil {
+		// The schema refuses bad specs; this is the belt to its braces.
+		setCondition(&m, tetrav1.ConditionDegraded, metav1.ConditionTrue, reasonInvalidSpec, err.Error())
+		setCondition(&m, tetrav1.ConditionReady, metav1.ConditionFalse, reasonInvalidSpec, err.Error())
+		m.Status.ObservedGeneration = gen
+		return result, r.patchStatus(ctx, orig, &m)
+	}
+
+	var live appsv1.Deployment
+	liveErr := r.Get(ctx, client.ObjectKeyFromObject(objs.Deployment), &live)
+	if liveErr != nil && !apierrors.IsNotFound(liveErr) {
+		return ctrl.Result{}, liveErr
+	}
+	for _, o := range []client.Object{objs.ConfigMap, objs.Service, objs.Deployment} {
+		if err := r.apply(ctx, o); err != nil {
+			return ctrl.Result{}, fmt.Errorf("apply %s %s: %w", o.GetObjectKind().GroupVersionKind().Kind, o.GetName(), err)
+		}
+	}
+	if err := r.applyPDB(ctx, &m, objs.PDB); err != nil {
+		return ctrl.Result{}, err
+	}
+	// A change of the config hash rolls the pods; say so. (A restart for a
+	// Redis failover was announced in observeRedis, where it was decided.)
+	if oldHash := live.Spec.Template.Annotations[tetrav1.ConfigHashAnnotation]; liveErr == nil && oldHash != objs.ConfigHash {
+		r.Recorder.Eventf(&m, nil, corev1.EventTypeNormal, ReasonRolloutTriggered, "Rollout",
+			"cold settings changed (config hash %s -> %s): rolling the workload", oldHash, objs.ConfigHash)
+	}
+
+	// Status from the Deployment as the cache sees it; its own updates
+	// trigger a new reconcile.
+	desired := render.Replicas(&m)
+	m.Status.Replicas = desired
+	m.Status.ConfigHash = objs.ConfigHash
+	m.Status.ObservedGeneration = gen
+	var dep appsv1.Deployment
+	if err := r.Get(ctx, client.ObjectKeyFromObject(objs.Deployment), &dep); err != nil && !apierrors.IsNotFound(err) {
+		return ctrl.Result{}, err
+	}
+	m.Status.ReadyReplicas = dep.Status.ReadyReplicas
+	rolledOut := dep.Generation != 0 && dep.Status.ObservedGeneration >= dep.Generation &&
+		dep.Spec.Template.Annotations[tetrav1.ConfigHashAnnotation] == objs.ConfigHash &&
+		dep.Status.UpdatedReplicas == desired && dep.Status.Replicas == desired && dep.Status.AvailableReplicas == desired
+	if rolledOut {
+		setCondition(&m, tetrav1.ConditionProgressing, metav1.ConditionFalse, reasonRolloutComplete,
+			fmt.Sprintf("%d replicas run config %s", desired, objs.ConfigHash))
+	} else {
+		setCondition(&m, tetrav1.ConditionProgressing, metav1.ConditionTrue, reasonRollingOut,
+			fmt.Sprintf("%d of %d replicas updated to config %s", dep.Status.UpdatedReplicas, desired, objs.ConfigHash))
+	}
+	if rolledOut && dep.Status.ReadyReplicas >= desired {
+		setCondition(&m, tetrav1.ConditionReady, metav1.ConditionTrue, reasonAvailable,
+			fmt.Sprintf("%d of %d replicas ready", dep.Status.ReadyReplicas, desired))
+	} else {
+		setCondition(&m, tetrav1.ConditionReady, metav1.ConditionFalse, reasonUnavailable,
+			fmt.Sprintf("%d of %d replicas ready", dep.Status.ReadyReplicas, desired))
+	}
+	setCondition(&m, tetrav1.ConditionDegraded, degraded.Status, degraded.Reason, degraded.Message)
+	return result, r.patchStatus(ctx, orig, &m)
+}
+
+// readSecrets reads every referenced Secret. missing lists the Secrets (or
+// Secret keys) that do not exist.
+func (r *MessengerReconciler) readSecrets(ctx context.Context, m *tetrav1.Messenger) (map[string]*corev1.Secret, []string, error) {
+	type ref struct{ name, key string }
+	refs := []ref{
+		{m.Spec.PostgreSQL.SecretRef.Name, render.SecretKey(m.Spec.PostgreSQL.SecretRef.Key, render.DefaultURLKey)},
+		{m.Spec.JWT.SecretRef.Name, render.SecretKey(m.Spec.JWT.SecretRef.Key, render.DefaultJWTKey)},
+	}
+	if m.Spec.Redis != nil {
+		refs = append(refs, ref{m.Spec.Redis.SecretRef.Name, render.SecretKey(m.Spec.Redis.SecretRef.Key, render.DefaultURLKey)})
+	}
+	secrets := map[string]*corev1.Secret{}
+	var missing []string
+	for _, rf := range refs {
+		s, seen := secrets[rf.name]
+		if !seen {
+			s = &corev1.Secret{}
+			err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: m.Namespace, Name: rf.name}, s)
+			switch {
+			case apierrors.IsNotFound(err):
+				s = nil
+			case err != nil:
+				return nil, nil, fmt.Errorf("read secret %s: %w", rf.name, err)
+			}
+			secrets[rf.name] = s
+		}
+		switch {
+		case s == nil:
+			missing = append(missing, fmt.Sprintf("Secret %q", rf.name))
+		case len(s.Data[rf.key]) == 0:
+			missing = append(missing, fmt.Sprintf("key %q of Secret %q", rf.key, rf.name))
+		}
+	}
+	return secrets, dedupe(missing), nil
+}
+
+func dedupe(in []string) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, s := range in {
+		if !seen[s] {
+			seen[s] = true
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func joinMissing(missing []string) string {
+	out := ""
+	for i, s := range missing {
+		if i > 0 {
+			out += ", "
+		}
+		out += s
+	}
+	return out
+}
+
+// observeRedis probes the Redis identity and handles a confirmed change. It
+// returns a Degraded condition when the identity cannot be trusted, and
+// whether the status changed in a way that must be persisted before the
+// Deployment is rendered.
+func (r *MessengerReconciler) observeRedis(ctx context.Context, m *tetrav1.Messenger, url string, jwt []byte) (*metav1.Condition, bool) {
+	key := types.NamespacedName{Namespace: m.Namespace, Name: m.Name}
+	rs := m.Spec.Redis
+	t := redisid.Target{URL: url}
+	if rs.Sentinel != nil {
+		t.MasterName = rs.Sentinel.MasterName
+		for _, a := range rs.Sentinel.Addresses {
+			t.SentinelAddrs = append(t.SentinelAddrs, string(a))
+		}
+	}
+	id, err := r.Prober.Probe(ctx, t)
+	if err != nil {
+		r.setPending(key, nil)
+		reason := reasonRedisUnreachable
+		switch {
+		case errors.Is(err, redisid.ErrNoMaster):
+			reason = reasonRedisNoMaster
+		case errors.Is(err, redisid.ErrSeveralMasters):
+			reason = reasonRedisSeveral
+		}
+		return &metav1.Condition{Status: metav1.ConditionTrue, Reason: reason,
+			Message: err.Error() + "; no action taken until one master is seen"}, false
+	}
+	now := metav1.NewTime(r.now().Truncate(time.Second))
+	cur := m.Status.Redis
+	if cur == nil || cur.RunID == "" {
+		// The first identity: the pods primed against it themselves.
+		m.Status.Redis = &tetrav1.RedisIdentity{RunID: id.RunID, MasterReplID: id.MasterReplID, Address: id.Addr, Since: &now}
+		r.setPending(key, nil)
+		return nil, true
+	}
+	if cur.RunID == id.RunID && cur.MasterReplID == id.MasterReplID {
+		r.setPending(key, nil)
+		return nil, false
+	}
+	// A different identity: act only when seen twice in a row.
+	if prev, ok := r.getPending(key); !ok || !prev.Same(id) {
+		r.setPending(key, &id)
+		ctrl.LoggerFrom(ctx).Info("redis identity changed; waiting for a second observation", "identity", id.String())
+		return nil, false
+	}
+	r.setPending(key, nil)
+	epoch := cur.Epoch + 1
+	old := redisid.Identity{RunID: cur.RunID, MasterReplID: cur.MasterReplID, Addr: cur.Address}
+	r.Recorder.Eventf(m, nil, corev1.EventTypeWarning, ReasonRedisFailoverDetected, "Failover",
+		"Redis master changed from %s to %s: epoch %d", old.String(), id.String(), epoch)
+	next := &tetrav1.RedisIdentity{RunID: id.RunID, MasterReplID: id.MasterReplID, Address: id.Addr,
+		Epoch: epoch, RestartEpoch: cur.RestartEpoch, Since: &now}
+	m.Status.Redis = next
+
+	acked, err := r.requestRebuild(ctx, m, jwt)
+	if err == nil {
+		r.Recorder.Eventf(m, nil, corev1.EventTypeNormal, ReasonWatermarkRebuildRequested, "Rebuild",
+			"%d pods rebuilt their waterline index from the outbox after the Redis failover (epoch %d)", acked, epoch)
+		m.Status.LastRebuild = &tetrav1.WatermarkRebuild{Time: now, Reason: "RedisFailover", Method: "Endpoint", Epoch: epoch, Pods: int32(acked)}
+		return nil, true
+	}
+	next.RestartEpoch = epoch
+	r.Recorder.Eventf(m, nil, corev1.EventTypeNormal, ReasonRolloutTriggered, "Rollout",
+		"rebuild endpoint not usable (%v): restarting the workload with Redis epoch %d", err, epoch)
+	m.Status.LastRebuild = &tetrav1.WatermarkRebuild{Time: now, Reason: "RedisFailover", Method: "Restart", Epoch: epoch}
+	return nil, true
+}
+
+// requestRebuild asks every pod of the Messenger to rebuild its index.
+func (r *MessengerReconciler) requestRebuild(ctx context.Context, m *tetrav1.Messenger, jwt []byte) (int, error) {
+	var pods corev1.PodList
+	if err := r.APIReader.List(ctx, &pods, client.InNamespace(m.Namespace), client.MatchingLabels(render.SelectorLabels(m))); err != nil {
+		return 0, fmt.Errorf("list pods: %w", err)
+	}
+	ready, err := adminapi.ReadyPods(pods.Items)
+	if err != nil {
+		return 0, err
+	}
+	return r.Rebuilder.Rebuild(ctx, ready, jwt)
+}
+
+func (r *MessengerReconciler) getPending(k types.NamespacedName) (redisid.Identity, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	id, ok := r.pending[k]
+	return id, ok
+}
+
+func (r *MessengerReconciler) setPending(k types.NamespacedName, id *redisid.Identity) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if id == nil {
+		delete(r.pending, k)
+		return
+	}
+	if r.pending == nil {
+		r.pending = map[types.NamespacedName]redisid.Identity{}
+	}
+	r.pending[k] = *id
+}
+
+// applyPDB applies the PDB, or deletes ours when none is wanted.
+func (r *MessengerReconciler) applyPDB(ctx context.Context, m *tetrav1.Messenger, pdb *policyv1.PodDisruptionBudget) error {
+	if pdb != nil {
+		if err := r.apply(ctx, pdb); err != nil {
+			return fmt.Errorf("apply PodDisruptionBudget %s: %w", pdb.Name, err)
+		}
+		return nil
+	}
+	var live policyv1.PodDisruptionBudget
+	err := r.Get(ctx, types.NamespacedName{Namespace: m.Namespace, Name: render.PDBName(m)}, &live)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if !metav1.IsControlledBy(&live, m) {
+		return nil
+	}
+	if err := r.Delete(ctx, &live, client.Preconditions{UID: &live.UID}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete PodDisruptionBudget %s: %w", live.Name, err)
+	}
+	return nil
+}
+
+// apply server-side applies obj with the operator's field owner. An apply
+// that changes nothing writes nothing: the resourceVersion stays.
+func (r *MessengerReconciler) apply(ctx context.Context, obj client.Object) error {
+	u, err := toApplyUnstructured(obj)
+	if err != nil {
+		return err
+	}
+	return r.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(FieldOwner), client.ForceOwnership)
+}
+
+// patchStatus patches the status subresource when it differs from orig,
+// with an optimistic lock.
+func (r *MessengerReconciler) patchStatus(ctx context.Context, orig, m *tetrav1.Messenger) error {
+	if equality.Semantic.DeepEqual(orig.Status, m.Status) {
+		return nil
+	}
+	return r.Status().Patch(ctx, m, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
+}
+
+func setCondition(m *tetrav1.Messenger, typ string, status metav1.ConditionStatus, reason, msg string) {
+	meta.SetStatusCondition(&m.Status.Conditions, metav1.Condition{
+		Type: typ, Status: status, Reason: reason, Message: msg, ObservedGeneration: m.Generation,
+	})
+}

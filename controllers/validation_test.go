@@ -1,0 +1,104 @@
+package controllers_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	tetrav1 "github.com/tetra-messenger/tetra/api/v1alpha1"
+)
+
+// TestRefusedSpecs: the API server refuses bad specs (the CRD's schema and
+// CEL rules), with a message that names the field. One case per rule.
+func TestRefusedSpecs(t *testing.T) {
+	needEnv(t)
+	t.Parallel()
+	ns := newNamespace(t)
+	d := func(s string) *metav1.Duration {
+		v, err := time.ParseDuration(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &metav1.Duration{Duration: v}
+	}
+	kafka := &tetrav1.KafkaSpec{Brokers: []tetrav1.KafkaBroker{"kafka:9092"}, Topic: "outbox"}
+	redis := &tetrav1.RedisSpec{SecretRef: tetrav1.URLSecretRef{Name: "redis"}}
+	cases := []struct {
+		name   string
+		mutate func(*tetrav1.Messenger)
+		field  string // must appear in the error
+		also   string // and so must this
+	}{
+		// CEL rules
+		{"kafka backend without kafka", func(m *tetrav1.Messenger) { m.Spec.Backend = tetrav1.BackendKafka }, "spec.kafka", "required when spec.backend is kafka"},
+		{"kafka settings with postgres backend", func(m *tetrav1.Messenger) { m.Spec.Kafka = kafka }, "spec.kafka", "must be omitted"},
+		{"replicas > 1 without redis", func(m *tetrav1.Messenger) { m.Spec.Replicas = ptrTo(int32(2)) }, "spec.replicas", "requires spec.redis"},
+		{"history not above outbox backstop", func(m *tetrav1.Messenger) {
+			m.Spec.Retention.History, m.Spec.Retention.OutboxBackstop = d("24h"), d("26h")
+		}, "spec.retention.history", "invariant I4"},
+		{"history equal to outbox backstop", func(m *tetrav1.Messenger) { m.Spec.Retention.History = d("26h") }, "spec.retention.history", "must exceed spec.retention.outboxBackstop"},
+		{"history range", func(m *tetrav1.Messenger) { m.Spec.Retention.History = d("30m") }, "spec.retention.history", "between 1h"},
+		{"outbox backstop range", func(m *tetrav1.Messenger) { m.Spec.Retention.OutboxBackstop = d("10s") }, "spec.retention.outboxBackstop", "between 1m"},
+		{"lease range", func(m *tetrav1.Messenger) { m.Spec.Delivery.Lease = d("10ms") }, "spec.delivery.lease", "between 100ms and 1h"},
+		{"reconnect grace range", func(m *tetrav1.Messenger) { m.Spec.Delivery.ReconnectGrace = d("2h") }, "spec.delivery.reconnectGrace", "between 0s and 1h"},
+		{"ping interval range", func(m *tetrav1.Messenger) { m.Spec.Delivery.PingInterval = d("11m") }, "spec.delivery.pingInterval", "between 100ms and 10m"},
+		{"idle timeout range", func(m *tetrav1.Messenger) { m.Spec.Delivery.IdleTimeout = d("1ms") }, "spec.delivery.idleTimeout", "between 100ms and 10m"},
+		{"gc grace range", func(m *tetrav1.Messenger) { m.Spec.Delivery.GCGrace = d("90m") }, "spec.delivery.gcGrace", "between 0s and 1h"},
+		{"gc interval range", func(m *tetrav1.Messenger) { m.Spec.Delivery.GCInterval = d("1ms") }, "spec.delivery.gcInterval", "between 10ms and 1h"},
+		{"poll interval range", func(m *tetrav1.Messenger) { m.Spec.Delivery.PollInterval = d("2m") }, "spec.delivery.pollInterval", "between 1ms and 1m"},
+		// OpenAPI enums and ranges
+		{"unknown backend", func(m *tetrav1.Messenger) { m.Spec.Backend = "mysql" }, "spec.backend", "Unsupported value"},
+		{"max delivery attempts too low", func(m *tetrav1.Messenger) { m.Spec.Delivery.MaxDeliveryAttempts = -1 }, "spec.delivery.maxDeliveryAttempts", "greater than or equal to 1"},
+		{"max delivery attempts too high", func(m *tetrav1.Messenger) { m.Spec.Delivery.MaxDeliveryAttempts = 101 }, "spec.delivery.maxDeliveryAttempts", "less than or equal to 100"},
+		{"max pending", func(m *tetrav1.Messenger) { m.Spec.Delivery.MaxPending = 100001 }, "spec.delivery.maxPending", "less than or equal to 100000"},
+		{"max body", func(m *tetrav1.Messenger) { m.Spec.Limits.MaxBodyBytes = 70000 }, "spec.limits.maxBodyBytes", "less than or equal to 60000"},
+		{"replicas range", func(m *tetrav1.Messenger) { m.Spec.Replicas = ptrTo(int32(-1)) }, "spec.replicas", "greater than or equal to 0"},
+		{"kafka without brokers", func(m *tetrav1.Messenger) {
+			m.Spec.Backend, m.Spec.Kafka = tetrav1.BackendKafka, &tetrav1.KafkaSpec{Topic: "outbox"}
+		}, "spec.kafka.brokers", ""},
+		{"kafka broker without port", func(m *tetrav1.Messenger) {
+			m.Spec.Backend, m.Spec.Kafka = tetrav1.BackendKafka, &tetrav1.KafkaSpec{Brokers: []tetrav1.KafkaBroker{"kafka"}, Topic: "outbox"}
+		}, "spec.kafka.brokers[0]", ""},
+		{"sentinel without addresses", func(m *tetrav1.Messenger) {
+			m.Spec.Redis = &tetrav1.RedisSpec{SecretRef: redis.SecretRef, Sentinel: &tetrav1.RedisSentinelSpec{MasterName: "m"}}
+		}, "spec.redis.sentinel.addresses", ""},
+		{"image pull policy", func(m *tetrav1.Messenger) { m.Spec.ImagePullPolicy = "Sometimes" }, "spec.imagePullPolicy", "Unsupported value"},
+		{"postgresql secret name", func(m *tetrav1.Messenger) { m.Spec.PostgreSQL.SecretRef.Name = "" }, "spec.postgresql.secretRef.name", ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			m := messenger(ns, "bad", c.mutate)
+			err := k8s.Create(ctx(), m)
+			if err == nil {
+				t.Fatalf("accepted: %+v", m.Spec)
+			}
+			if !apierrors.IsInvalid(err) {
+				t.Fatalf("not an Invalid error: %v", err)
+			}
+			if !strings.Contains(err.Error(), c.field) || !strings.Contains(err.Error(), c.also) {
+				t.Fatalf("error does not name %q (%q): %v", c.field, c.also, err)
+			}
+		})
+	}
+
+	// The valid neighbours of those rules are accepted.
+	ok := []func(*tetrav1.Messenger){
+		func(m *tetrav1.Messenger) { m.Spec.Backend, m.Spec.Kafka = tetrav1.BackendKafka, kafka },
+		func(m *tetrav1.Messenger) { m.Spec.Replicas, m.Spec.Redis = ptrTo(int32(3)), redis },
+		func(m *tetrav1.Messenger) {
+			m.Spec.Retention.History, m.Spec.Retention.OutboxBackstop = d("27h"), d("26h")
+		},
+		func(m *tetrav1.Messenger) { m.Spec.Delivery.ReconnectGrace, m.Spec.Delivery.GCGrace = d("0s"), d("0s") },
+		func(m *tetrav1.Messenger) { m.Spec.Replicas = ptrTo(int32(0)) },
+	}
+	for i, f := range ok {
+		m := messenger(ns, "good", f)
+		m.Name = m.Name + string(rune('a'+i))
+		if err := k8s.Create(ctx(), m); err != nil {
+			t.Errorf("valid spec %d refused: %v", i, err)
+		}
+	}
+}

@@ -1,0 +1,93 @@
+// Command manager is the tetra operator: it reconciles Messenger resources
+// (api/v1alpha1) into the messenger workload. See docs/operator.md.
+package main
+
+import (
+	"flag"
+	"os"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	tetrav1 "github.com/tetra-messenger/tetra/api/v1alpha1"
+	"github.com/tetra-messenger/tetra/controllers"
+	"github.com/tetra-messenger/tetra/internal/operator/redisid"
+)
+
+var scheme = runtime.NewScheme()
+
+func init() {
+	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
+	utilruntime.Must(tetrav1.AddToScheme(scheme))
+}
+
+func main() {
+	var (
+		metricsAddr   string
+		probeAddr     string
+		leaderElect   bool
+		defaultImage  string
+		redisPoll     time.Duration
+		redisTimeout  time.Duration
+		leaderElectNS string
+	)
+	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "address of the metrics endpoint (0 disables it)")
+	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
+	flag.BoolVar(&leaderElect, "leader-elect", true, "elect a leader so that only one replica reconciles")
+	flag.StringVar(&leaderElectNS, "leader-election-namespace", "", "namespace of the leader lease (default: the pod's namespace)")
+	flag.StringVar(&defaultImage, "default-image", "ghcr.io/tetra-messenger/tetra:latest", "workload image for Messengers without spec.image")
+	flag.DurationVar(&redisPoll, "redis-poll-interval", 10*time.Second, "mean interval between Redis identity probes (jittered by ±20%)")
+	flag.DurationVar(&redisTimeout, "redis-timeout", 2*time.Second, "timeout of each Redis or Sentinel call of a probe")
+	opts := zap.Options{}
+	opts.BindFlags(flag.CommandLine)
+	flag.Parse()
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
+	log := ctrl.Log.WithName("setup")
+
+	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
+		Scheme:                  scheme,
+		Metrics:                 metricsserver.Options{BindAddress: metricsAddr},
+		HealthProbeBindAddress:  probeAddr,
+		LeaderElection:          leaderElect,
+		LeaderElectionID:        "tetra-operator.tetra.dev",
+		LeaderElectionNamespace: leaderElectNS,
+		Cache:                   controllers.CacheOptions(),
+	})
+	if err != nil {
+		log.Error(err, "create manager")
+		os.Exit(1)
+	}
+	ctx := ctrl.SetupSignalHandler()
+	r := &controllers.MessengerReconciler{
+		Client:            mgr.GetClient(),
+		APIReader:         mgr.GetAPIReader(),
+		Scheme:            mgr.GetScheme(),
+		Recorder:          mgr.GetEventRecorder("tetra-operator"),
+		DefaultImage:      defaultImage,
+		RedisPollInterval: redisPoll,
+		Prober:            redisid.Prober{Timeout: redisTimeout},
+	}
+	if err := r.SetupWithManager(ctx, mgr); err != nil {
+		log.Error(err, "set up controller")
+		os.Exit(1)
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		log.Error(err, "health check")
+		os.Exit(1)
+	}
+	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+		log.Error(err, "ready check")
+		os.Exit(1)
+	}
+	log.Info("starting manager", "defaultImage", defaultImage, "redisPollInterval", redisPoll)
+	if err := mgr.Start(ctx); err != nil {
+		log.Error(err, "manager stopped")
+		os.Exit(1)
+	}
+}

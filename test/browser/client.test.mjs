@@ -1,0 +1,171 @@
+// Unit tests of workload/web/static/client.js under node:test, with fetch and
+// the socket faked: the rules a browser run cannot pin down reliably (the
+// cursor moves only with history pages, paging follows hasMore, resends keep
+// their correlationId). Run: node --test client.test.mjs (browser_test.go does).
+
+import { test, beforeEach } from 'node:test';
+import assert from 'node:assert/strict';
+
+// The few browser globals client.js touches.
+globalThis.location = { href: 'http://tetra.test/' };
+globalThis.WebSocket = class {
+  static OPEN = 1;
+};
+globalThis.addEventListener = () => {};
+globalThis.removeEventListener = () => {};
+
+const { Client, State, backoff } = await import('../../workload/web/static/client.js');
+
+// A token whose sub is alice (the signature is not checked client-side).
+const b64 = (o) => Buffer.from(JSON.stringify(o)).toString('base64url');
+const TOKEN = `${b64({ alg: 'HS256' })}.${b64({ sub: 'alice' })}.sig`;
+
+let requests; // URLs fetched
+let pages; // chatId -> queue of history pages to answer
+let sent; // frames written to the socket
+
+beforeEach(() => {
+  requests = [];
+  pages = new Map();
+  sent = [];
+  globalThis.fetch = async (url) => {
+    const u = new URL(url, 'http://tetra.test/');
+    requests.push(u);
+    let body;
+    if (u.pathname === '/api/chats') body = { chats: [{ chatId: 'c1', kind: 'direct', title: '', members: ['alice', 'bob'] }] };
+    else body = pages.get(u.pathname.split('/')[3])?.shift() ?? { messages: [], hasMore: false };
+    return { ok: true, status: 200, json: async () => body };
+  };
+});
+
+function storage() {
+  const m = new Map();
+  return { getItem: (k) => m.get(k) ?? null, setItem: (k, v) => m.set(k, v), removeItem: (k) => m.delete(k), m };
+}
+
+// connected returns a client as if hello had just arrived on a fresh socket.
+function connected(store = storage()) {
+  const c = new Client({ token: TOKEN, device: 'web-test', storage: store });
+  c.stopped = false;
+  c.ws = { readyState: 1, send: (s) => sent.push(JSON.parse(s)), close() {} };
+  c.onHello({ type: 'hello', userId: 'alice', limits: { maxInFlightSends: 2, pingIntervalMs: 60000 } }, c.gen, () => Date.now());
+  return c;
+}
+
+const msg = (id, body = id, extra = {}) => ({ messageId: id, chatId: 'c1', senderId: 'bob', body, sentAt: '2026-01-01T00:00:00Z', ...extra });
+const flush = () => new Promise((r) => setTimeout(r, 5));
+
+test('the cursor moves only with history pages, never with live frames', async () => {
+  pages.set('c1', [{ messages: [msg('m1'), msg('m2')], hasMore: false }]);
+  const c = connected();
+  await flush();
+  assert.equal(c.log('c1').cursor, 'm2');
+
+  // m4 arrives live before m3 (a redelivery, or the fast path after a shed).
+  c.onFrame({ type: 'message', ...msg('m4') });
+  c.onFrame({ type: 'message', ...msg('m4') }); // and twice
+  assert.equal(c.log('c1').cursor, 'm2', 'a live frame must not move the cursor');
+  await flush();
+  assert.deepEqual(sent.filter((f) => f.type === 'ack').flatMap((f) => f.messageIds), ['m4', 'm4'], 'every frame is acked, duplicates too');
+
+  // The next sync pages from m2 and finds m3 and m4 in commit order.
+  pages.set('c1', [{ messages: [msg('m3'), msg('m4')], hasMore: false }]);
+  await c.syncChat('c1', c.gen);
+  assert.equal(requests.at(-1).searchParams.get('since'), 'm2');
+  assert.deepEqual(c.messages('c1').map((m) => m.messageId), ['m1', 'm2', 'm3', 'm4'], 'deduplicated, in commit order');
+  assert.equal(c.log('c1').cursor, 'm4');
+  c.stop();
+});
+
+test('history is paged with limit=500 while hasMore', async () => {
+  pages.set('c1', [
+    { messages: [msg('m1'), msg('m2')], hasMore: true },
+    { messages: [msg('m3')], hasMore: true },
+    { messages: [msg('m4')], hasMore: false },
+  ]);
+  const c = connected();
+  await flush();
+  const hist = requests.filter((u) => u.pathname.endsWith('/messages'));
+  assert.deepEqual(hist.map((u) => u.searchParams.get('since')), [null, 'm2', 'm3']);
+  assert.ok(hist.every((u) => u.searchParams.get('limit') === '500'));
+  assert.equal(c.messages('c1').length, 4);
+  c.stop();
+});
+
+test('a send keeps its correlationId across reconnects until accepted', async () => {
+  const store = storage();
+  const c = connected(store);
+  await flush();
+  const m = c.send('c1', 'hello');
+  const first = sent.find((f) => f.type === 'send');
+  assert.equal(first.correlationId, m.correlationId);
+  assert.match(store.m.get('tetra.outbox.alice'), /hello/, 'the queue survives a reload');
+
+  // The socket drops before the answer; the next hello resends the same frame.
+  c.onClose(1006, '', true);
+  clearTimeout(c.timer);
+  sent = [];
+  c.ws = { readyState: 1, send: (s) => sent.push(JSON.parse(s)), close() {} };
+  c.onHello({ type: 'hello', userId: 'alice', limits: {} }, c.gen, () => Date.now());
+  const again = sent.find((f) => f.type === 'send');
+  assert.deepEqual(again, first);
+
+  c.onFrame({ type: 'accepted', correlationId: m.correlationId, messageId: 'm9', chatId: 'c1', sentAt: '2026-01-01T00:00:01Z' });
+  assert.equal(m.messageId, 'm9');
+  assert.equal(m.status, 'sent');
+  assert.deepEqual(c.outbox, []);
+  assert.equal(store.m.get('tetra.outbox.alice'), '[]');
+  c.stop();
+});
+
+test('a history page settles an own send whose accepted was lost', async () => {
+  const c = connected();
+  await flush();
+  const m = c.send('c1', 'hi');
+  pages.set('c1', [{ messages: [msg('m7', 'hi', { senderId: 'alice', correlationId: m.correlationId })], hasMore: false }]);
+  await c.syncChat('c1', c.gen);
+  assert.equal(m.messageId, 'm7');
+  assert.deepEqual(c.outbox, []);
+  assert.equal(c.messages('c1').length, 1, 'shown once');
+  c.stop();
+});
+
+test('credits: at most maxInFlightSends unanswered sends; refusals', async () => {
+  const c = connected();
+  await flush();
+  const a = c.send('c1', 'a');
+  const b = c.send('c1', 'b');
+  const d = c.send('c1', 'c');
+  assert.equal(sent.filter((f) => f.type === 'send').length, 2, 'hello said maxInFlightSends=2');
+  c.onFrame({ type: 'error', correlationId: a.correlationId, code: 'forbidden', message: 'not a member' });
+  assert.equal(a.status, 'failed');
+  assert.equal(sent.filter((f) => f.type === 'send').length, 3, 'a credit came back');
+  c.onFrame({ type: 'error', correlationId: b.correlationId, code: 'overloaded', message: 'busy' });
+  assert.equal(b.status, 'pending', 'overloaded is retried later');
+  assert.equal(c.outbox.length, 2);
+  assert.equal(d.status, 'pending');
+  c.stop();
+});
+
+test('read receipts only move forward', async () => {
+  pages.set('c1', [{ messages: [msg('m1'), msg('m2')], hasMore: false }]);
+  const c = connected();
+  await flush();
+  c.onFrame({ type: 'read', chatId: 'c1', userId: 'bob', messageId: 'm2' });
+  c.onFrame({ type: 'read', chatId: 'c1', userId: 'bob', messageId: 'm1' });
+  assert.equal(c.reads('c1').get('bob'), 'm2');
+  c.read('c1', 'm2');
+  assert.deepEqual(sent.at(-1), { type: 'read', chatId: 'c1', messageId: 'm2' });
+  assert.equal(c.state, State.CONNECTED);
+  c.stop();
+});
+
+test('backoff doubles, is capped, and is jittered', () => {
+  for (let attempt = 0; attempt < 10; attempt++) {
+    const nominal = Math.min(10000, 250 * 2 ** attempt);
+    for (let i = 0; i < 50; i++) {
+      const d = backoff(attempt);
+      assert.ok(d >= nominal / 2 && d <= nominal, `attempt ${attempt}: ${d}`);
+    }
+  }
+});

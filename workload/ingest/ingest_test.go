@@ -1,0 +1,186 @@
+package ingest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+
+	"github.com/tetra-messenger/tetra/workload/history"
+	"github.com/tetra-messenger/tetra/workload/store/sqlite"
+)
+
+// recording wraps a real store and records batch sizes; it can be made to
+// fail or to block.
+type recording struct {
+	history.Store
+	mu      sync.Mutex
+	batches []int
+	fail    bool
+	gate    chan struct{}
+}
+
+func (r *recording) Commit(ctx context.Context, d []history.Draft) ([]history.Result, error) {
+	if r.gate != nil {
+		<-r.gate
+	}
+	r.mu.Lock()
+	r.batches = append(r.batches, len(d))
+	fail := r.fail
+	r.mu.Unlock()
+	if fail {
+		return nil, fmt.Errorf("%w: injected", history.ErrUnavailable)
+	}
+	return r.Store.Commit(ctx, d)
+}
+
+func setup(t *testing.T) (*recording, string) {
+	t.Helper()
+	db, err := sqlite.Open(context.Background(), sqlite.DefaultConfig(filepath.Join(t.TempDir(), "i.db")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	chat, _, err := db.CreateDirect(context.Background(), "alice", "bob")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &recording{Store: db}, chat.ID
+}
+
+func draft(chat string, i int) history.Draft {
+	return history.Draft{ID: ulid.Make().String(), ChatID: chat, SenderID: "alice", SenderDevice: "d",
+		CorrelationID: fmt.Sprint("k", i), Body: "b", SentAt: time.Now().UTC()}
+}
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+func TestGroupCommitBatchesBySizeAndOrdersAckBeforeHandoff(t *testing.T) {
+	st, chat := setup(t)
+	st.gate = make(chan struct{})
+	var mu sync.Mutex
+	var events []string
+	p, err := New(st, Config{BatchSize: 4, BatchWait: time.Hour}, func(rs []history.Result) {
+		mu.Lock()
+		events = append(events, fmt.Sprintf("handoff %d", len(rs)))
+		mu.Unlock()
+	}, nil, Hooks{}, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Start()
+	var wg sync.WaitGroup
+	for i := 0; i < 8; i++ {
+		wg.Add(1)
+		if err := p.Submit(Request{Draft: draft(chat, i), Done: func(res history.Result, err error) {
+			defer wg.Done()
+			if err != nil || res.Err != nil {
+				t.Errorf("send failed: %v %v", err, res.Err)
+			}
+			mu.Lock()
+			events = append(events, "ack")
+			mu.Unlock()
+		}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(st.gate)
+	wg.Wait()
+	if err := p.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(st.batches) != "[4 4]" {
+		t.Fatalf("batches %v, want [4 4] (size-bound, BatchWait is an hour)", st.batches)
+	}
+	want := "[ack ack ack ack handoff 4 ack ack ack ack handoff 4]"
+	if fmt.Sprint(events) != want {
+		t.Fatalf("events %v, want %s: every sender is answered before the hand-off", events, want)
+	}
+}
+
+func TestGroupCommitFlushesAfterWait(t *testing.T) {
+	st, chat := setup(t)
+	p, _ := New(st, Config{BatchSize: 100, BatchWait: 20 * time.Millisecond}, nil, nil, Hooks{}, quiet)
+	p.Start()
+	defer p.Stop(context.Background())
+	done := make(chan error, 1)
+	start := time.Now()
+	_ = p.Submit(Request{Draft: draft(chat, 1), Done: func(_ history.Result, err error) { done <- err }})
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took < 20*time.Millisecond || took > 5*time.Second {
+		t.Fatalf("a lone send committed after %v, want about the 20 ms wait", took)
+	}
+}
+
+func TestFullQueueShedsAndFailedCommitAnswersEverySend(t *testing.T) {
+	st, chat := setup(t)
+	st.gate = make(chan struct{})
+	st.fail = true
+	p, _ := New(st, Config{QueueSize: 2, BatchSize: 1, BatchWait: time.Millisecond}, nil, nil, Hooks{}, quiet)
+	p.Start()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	failed := 0
+	accepted := 0
+	for i := 0; i < 10; i++ {
+		wg.Add(1)
+		err := p.Submit(Request{Draft: draft(chat, i), Done: func(_ history.Result, err error) {
+			defer wg.Done()
+			mu.Lock()
+			defer mu.Unlock()
+			if errors.Is(err, history.ErrUnavailable) {
+				failed++
+			}
+		}})
+		if errors.Is(err, ErrOverloaded) {
+			wg.Done()
+			continue
+		}
+		accepted++
+	}
+	// One in the committer's hands plus two queued.
+	if accepted > 3 {
+		t.Fatalf("%d sends queued with a queue of 2", accepted)
+	}
+	close(st.gate)
+	wg.Wait()
+	p.Stop(context.Background())
+	if failed != accepted {
+		t.Fatalf("%d of %d queued sends were answered with the commit failure", failed, accepted)
+	}
+	msgs, _, _ := st.Page(context.Background(), chat, "", 100)
+	if len(msgs) != 0 {
+		t.Fatalf("%d messages stored by failed commits", len(msgs))
+	}
+	if err := p.Submit(Request{Draft: draft(chat, 99), Done: func(history.Result, error) {}}); !errors.Is(err, ErrOverloaded) {
+		t.Fatalf("submit after Stop: %v, want ErrOverloaded", err)
+	}
+}
+
+func TestReadReceiptsAreBatched(t *testing.T) {
+	st, chat := setup(t)
+	got := make(chan []history.Read, 10)
+	p, _ := New(st, Config{ReadBatchSize: 3, ReadBatchWait: time.Hour}, nil, func(r []history.Read) { got <- r }, Hooks{}, quiet)
+	p.Start()
+	for i := 0; i < 3; i++ {
+		_ = p.SubmitRead(history.Read{ChatID: chat, UserID: "bob", MessageID: fmt.Sprint("m", i), At: time.Now()})
+	}
+	select {
+	case b := <-got:
+		if len(b) != 3 {
+			t.Fatalf("read batch of %d, want 3", len(b))
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("read batch not flushed at its size")
+	}
+	p.Stop(context.Background())
+}

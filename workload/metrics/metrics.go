@@ -1,0 +1,195 @@
+package metrics
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/tetra-messenger/tetra/workload/delivery"
+	"github.com/tetra-messenger/tetra/workload/outbox"
+)
+
+// Snapshot is what the scrape reads from the running server.
+type Snapshot struct {
+	Delivery      delivery.Stats
+	Outbox        []outbox.Stats
+	InboundQueued int
+	TuningReloads int64
+}
+
+// Metrics holds the collectors. The zero value is not usable; use New.
+type Metrics struct {
+	reg          *prometheus.Registry
+	accepted     prometheus.Counter
+	duplicates   prometheus.Counter
+	shed         *prometheus.CounterVec
+	acceptLat    prometheus.Histogram
+	deliveryLat  *prometheus.HistogramVec
+	batchSize    prometheus.Histogram
+	commitDur    prometheus.Histogram
+	commitFail   prometheus.Counter
+	connections  prometheus.Counter
+	reconnects   prometheus.Counter
+	readReceipts prometheus.Counter
+}
+
+// New builds the metrics with a scrape-time snapshot source.
+func New(snapshot func(ctx context.Context) (Snapshot, error)) *Metrics {
+	reg := prometheus.NewRegistry()
+	m := &Metrics{reg: reg}
+	f := func(c prometheus.Collector) { reg.MustRegister(c) }
+	m.accepted = prometheus.NewCounter(prometheus.CounterOpts{Name: "tetra_messages_accepted_total", Help: "Messages committed to history and answered accepted (duplicates excluded)."})
+	m.duplicates = prometheus.NewCounter(prometheus.CounterOpts{Name: "tetra_sends_duplicate_total", Help: "Sends answered with the original messageId (idempotent resend)."})
+	m.shed = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tetra_sends_refused_total", Help: "Sends answered with an error and not stored, by error code (overloaded = shed)."}, []string{"code"})
+	m.acceptLat = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tetra_accept_latency_seconds", Help: "From a send frame read to its accepted frame queued (includes the group commit).",
+		Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)})
+	m.deliveryLat = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "tetra_delivery_latency_seconds", Help: "From acceptance to the first message frame queued on a recipient's socket, by path (fast, poll).",
+		Buckets: prometheus.ExponentialBuckets(0.0005, 2, 18)}, []string{"path"})
+	m.batchSize = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tetra_group_commit_batch_messages", Help: "Messages per group-commit transaction.",
+		Buckets: []float64{1, 2, 4, 8, 16, 24, 32, 36, 48, 64, 128}})
+	m.commitDur = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tetra_group_commit_duration_seconds", Help: "Duration of one group-commit transaction.",
+		Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)})
+	m.commitFail = prometheus.NewCounter(prometheus.CounterOpts{Name: "tetra_group_commit_failures_total", Help: "Group commits that failed (their sends were answered overloaded)."})
+	m.connections = prometheus.NewCounter(prometheus.CounterOpts{Name: "tetra_connections_opened_total", Help: "WebSocket connections that completed hello."})
+	m.reconnects = prometheus.NewCounter(prometheus.CounterOpts{Name: "tetra_reconnects_total", Help: "Connections of a (user, device) this process had seen connected before."})
+	m.readReceipts = prometheus.NewCounter(prometheus.CounterOpts{Name: "tetra_read_receipts_total", Help: "Read receipts saved."})
+	for _, c := range []prometheus.Collector{m.accepted, m.duplicates, m.shed, m.acceptLat, m.deliveryLat, m.batchSize, m.commitDur,
+		m.commitFail, m.connections, m.reconnects, m.readReceipts} {
+		f(c)
+	}
+	f(collectors.NewGoCollector())
+	f(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	f(&scrape{snapshot: snapshot})
+	return m
+}
+
+// Handler serves the registry in the Prometheus text format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
+}
+
+// Registry is the underlying registry (for tests and extra collectors).
+func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+
+// Accepted records one accepted send and its accept latency.
+func (m *Metrics) Accepted(d time.Duration, duplicate bool) {
+	if duplicate {
+		m.duplicates.Inc()
+		return
+	}
+	m.accepted.Inc()
+	m.acceptLat.Observe(d.Seconds())
+}
+
+// Refused records a send answered with an error code.
+func (m *Metrics) Refused(code string) { m.shed.WithLabelValues(code).Inc() }
+
+// Committed records one group-commit transaction.
+func (m *Metrics) Committed(n int, took time.Duration) {
+	m.batchSize.Observe(float64(n))
+	m.commitDur.Observe(took.Seconds())
+}
+
+// CommitFailed records a failed group commit.
+func (m *Metrics) CommitFailed() { m.commitFail.Inc() }
+
+// Delivered records first deliveries on path ("fast" or "poll"), d after
+// acceptance.
+func (m *Metrics) Delivered(path string, d time.Duration) {
+	m.deliveryLat.WithLabelValues(path).Observe(d.Seconds())
+}
+
+// Connection records a connection that completed hello.
+func (m *Metrics) Connection(reconnect bool) {
+	m.connections.Inc()
+	if reconnect {
+		m.reconnects.Inc()
+	}
+}
+
+// ReadReceipts records n saved read receipts.
+func (m *Metrics) ReadReceipts(n int) { m.readReceipts.Add(float64(n)) }
+
+var (
+	dConnected    = prometheus.NewDesc("tetra_connected_clients", "WebSocket connections registered for live delivery.", nil, nil)
+	dDeliveries   = prometheus.NewDesc("tetra_deliveries_total", "Message frames queued on sockets, by path: fast, poll (first sends) and redelivery (after a lease expired).", []string{"path"}, nil)
+	dShedFast     = prometheus.NewDesc("tetra_fast_path_shed_total", "Fast-path deliveries dropped to the poller because the queue was full.", nil, nil)
+	dAcks         = prometheus.NewDesc("tetra_acks_total", "Message ids acknowledged by clients.", nil, nil)
+	dWithdrawals  = prometheus.NewDesc("tetra_withdrawals_total", "Connections withdrawn from live delivery, by reason (idle, overload, attempts, superseded, shutdown).", []string{"reason"}, nil)
+	dGCDeleted    = prometheus.NewDesc("tetra_gc_deleted_rows_total", "Outbox rows deleted by the waterline GC.", nil, nil)
+	dGCPasses     = prometheus.NewDesc("tetra_gc_passes_total", "Waterline GC passes.", nil, nil)
+	dRebuilds     = prometheus.NewDesc("tetra_index_rebuilds_total", "Waterline index rebuilds from the outbox, by reason (cold-start, identity-changed, requested).", []string{"reason"}, nil)
+	dSafeLine     = prometheus.NewDesc("tetra_safe_delete_line", "Last safe-delete line (outbox position) per partition.", []string{"partition"}, nil)
+	dDepth        = prometheus.NewDesc("tetra_outbox_depth_rows", "Rows in the outbox, per partition.", []string{"partition"}, nil)
+	dOldest       = prometheus.NewDesc("tetra_outbox_oldest_age_seconds", "Age of the oldest outbox row (0 when empty): the one to alarm on.", nil, nil)
+	dInbound      = prometheus.NewDesc("tetra_inbound_queue_messages", "Sends waiting for the group commit.", nil, nil)
+	dEnqFail      = prometheus.NewDesc("tetra_socket_queue_full_total", "Frames not queued because a connection's outbound queue was full (re-delivered after the lease).", nil, nil)
+	dReloads      = prometheus.NewDesc("tetra_tuning_reloads_total", "Live tuning changes applied from the tuning directory.", nil, nil)
+	dScrapeErrors = prometheus.NewDesc("tetra_scrape_errors_total", "1 when this scrape could not read the outbox (its gauges are missing).", nil, nil)
+)
+
+type scrape struct {
+	snapshot func(ctx context.Context) (Snapshot, error)
+}
+
+func (s *scrape) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{dConnected, dDeliveries, dShedFast, dAcks, dWithdrawals, dGCDeleted, dGCPasses,
+		dRebuilds, dSafeLine, dDepth, dOldest, dInbound, dEnqFail, dReloads, dScrapeErrors} {
+		ch <- d
+	}
+}
+
+func (s *scrape) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	snap, err := s.snapshot(ctx)
+	g := func(d *prometheus.Desc, v float64, l ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, l...)
+	}
+	c := func(d *prometheus.Desc, v float64, l ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, l...)
+	}
+	st := snap.Delivery
+	g(dConnected, float64(st.Connected))
+	c(dDeliveries, float64(st.FastDeliveries), "fast")
+	c(dDeliveries, float64(st.PollDeliveries), "poll")
+	c(dDeliveries, float64(st.Redeliveries), "redelivery")
+	c(dShedFast, float64(st.FastShed))
+	c(dAcks, float64(st.Acks))
+	for _, r := range []string{"idle", "overload", "attempts", "superseded", "shutdown"} {
+		c(dWithdrawals, float64(st.Withdrawals[r]), r)
+	}
+	c(dGCDeleted, float64(st.GCDeleted))
+	c(dGCPasses, float64(st.GCPasses))
+	for _, r := range []string{"cold-start", "identity-changed", "requested"} {
+		c(dRebuilds, float64(st.Rebuilds[r]), r)
+	}
+	for p, line := range st.SafeLine {
+		g(dSafeLine, float64(line), strconv.Itoa(int(p)))
+	}
+	g(dInbound, float64(snap.InboundQueued))
+	c(dEnqFail, float64(st.EnqueueFailures))
+	c(dReloads, float64(snap.TuningReloads))
+	if err != nil {
+		g(dScrapeErrors, 1)
+		return
+	}
+	g(dScrapeErrors, 0)
+	var oldest time.Time
+	for _, o := range snap.Outbox {
+		g(dDepth, float64(o.Depth), strconv.Itoa(int(o.Partition)))
+		if !o.OldestAt.IsZero() && (oldest.IsZero() || o.OldestAt.Before(oldest)) {
+			oldest = o.OldestAt
+		}
+	}
+	age := 0.0
+	if !oldest.IsZero() {
+		age = time.Since(oldest).Seconds()
+	}
+	g(dOldest, age)
+}

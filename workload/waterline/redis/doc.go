@@ -1,0 +1,60 @@
+// Package redis is the waterline index kept in Redis: the paper's Tetris
+// structures (a pending sorted set per client, a global sorted set of pins,
+// abandon as DEL/HDEL/ZREM), for deployments where the index outlives one
+// process or is shared by several. It runs the conformance suite in
+// ../waterlinetest unchanged.
+//
+// Keys, all under Config.Prefix (default "tetra:"); <owner> is
+// Config.Owner, one per process; <cid> a connection id; <p> a partition:
+//
+//	key                    type  contents
+//	clients:<owner>        hash  cid -> JSON registration (id, user, device, start)
+//	lease:<owner>          zset  one member per pending entry of the owner's clients:
+//	                             posKey(16 hex) partKey(8) attempts(8) cid NUL messageId,
+//	                             score = lease deadline, Unix ms
+//	primed:<owner>         str   the identity recorded by MarkPrimed (absent = unprimed)
+//	st:<cid>               hash  messageId -> "part:attempts:posKey partKey"; HLEN is
+//	                             the client's pending count (the paper's cnt)
+//	pend:<cid>:<p>         zset  messageId, score = pos: the client's pending set of p
+//	parts:<cid>            set   partitions where the client has a pending set
+//	pins:<p>               zset  cid, score = the client's lowest pending pos of p
+//	                             (the paper's minids); absent when its set is empty
+//	holds:<p>              zset  owner NUL holder, score = pos
+//	holdexp:<p>            zset  owner NUL holder, score = expiry, Unix ms by Redis TIME
+//	holdparts              set   partitions that ever had a hold
+//
+// The pending set is split per partition so that each pin is one ZRANGE 0 0;
+// an SQL outbox has only partition 0, so it is the paper's single set.
+//
+// Atomicity. Every write is one Lua script (EVALSHA, falling back to EVAL
+// when the server lost its script cache) that changes a client's entries,
+// its count, its lease entries and its pins together, so SafeLine never sees
+// a pin that disagrees with its set. Sent and Ack recompute a pin from the
+// set's minimum after every change, never from an acknowledged id: an
+// out-of-order ack cannot lift a pin past a gap. Withdraw deletes the
+// client's sets, state, lease entries, pins and registration in one script
+// (never a forged pin advance). Sent, Ack, Restore (per 5,000 entries) and
+// Withdraw are one round trip each; Expired is a plain ZRANGEBYSCORE ...
+// LIMIT on the owner's lease set, since its members carry every field it
+// reports; SafeLine is one script over one partition's pins and holds, and
+// hold expiry is judged by the server's TIME, not by any process's clock.
+// Registrations, leases, holds and the primed flag are per owner, so in a
+// multi-process deployment each process expires, resets and rebuilds only
+// its own connections, while SafeLine takes every owner's pins and holds.
+// The scripts build keys from the prefix, so the index needs one Redis
+// (replicated or behind Sentinel), not Redis Cluster. New refuses a server
+// whose maxmemory-policy may evict keys without a TTL: an evicted pin would
+// be a silent over-delete.
+//
+// Failover. Redis is a cache over the outbox, and a failover can lose
+// writes without losing the primed flag: a replica promoted before it
+// received the last writes keeps an old copy of the pins and says it is
+// primed. Identity is therefore "run_id/master_replid" from INFO: a restart
+// changes run_id, a promotion changes master_replid (and the promoted
+// server's run_id), while the address may stay the same behind a Service or
+// a Sentinel. package delivery compares it with the identity recorded at
+// MarkPrimed before every GC pass and rebuilds from the outbox before
+// deleting anything when it changed; an empty server (flush, restart without
+// persistence) has no primed flag and is rebuilt too. failover_test.go plays
+// both against real redis-server processes, with and without the check.
+package redis

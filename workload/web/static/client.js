@@ -1,0 +1,590 @@
+// client.js: the client contract of PROTOCOL.md for the browser, with no
+// user interface. app.js renders what this module reports.
+//
+// What it guarantees, and how:
+// - one WebSocket at a time (token in the `token` query parameter, a device id
+//   per tab); after any close it reconnects with exponential backoff and
+//   jitter, except after 4001 (another tab took this device over) or when the
+//   token is refused (HTTP 401, detected by probing /api/chats).
+// - after every hello it lists the chats and pages each one's history from the
+//   chat's cursor (limit=500, following hasMore). The cursor advances ONLY with
+//   history pages: live frames may arrive out of commit order, so moving the
+//   cursor to a live messageId could skip a message committed before it.
+// - every message frame is acknowledged (duplicates too); messages are
+//   deduplicated by messageId, and the sender's own messages by correlationId
+//   until the server names their messageId.
+// - sends are idempotent: each gets a correlationId once, and the same frame is
+//   resent on every reconnect until the server answers accepted or a final
+//   error. The queue survives a reload of the tab (sessionStorage).
+
+/** Connection states reported by the "state" event. */
+export const State = Object.freeze({
+  CONNECTING: 'connecting',
+  CONNECTED: 'connected',
+  RECONNECTING: 'reconnecting',
+  OFFLINE: 'offline',
+});
+
+const PAGE_LIMIT = 500; // history page size (the contract allows at least 500)
+const ACK_CHUNK = 500; // ids per ack frame (the server takes up to 1024)
+const CHAT_REFRESH_MS = 20000; // how often the chat list is fetched again while connected
+const RETRYABLE = new Set(['overloaded', 'rate_limited', 'credit_exhausted']);
+
+/**
+ * backoff returns the wait in ms before reconnect attempt number `attempt`
+ * (0 first): lo doubled per attempt, capped at hi, with "equal jitter"
+ * (uniform in [d/2, d]) so that clients dropped together do not return together.
+ */
+export function backoff(attempt, lo = 250, hi = 10000) {
+  const d = Math.min(hi, lo * 2 ** Math.min(attempt, 16));
+  return d / 2 + Math.random() * (d / 2);
+}
+
+/** ApiError is a non-2xx answer of the HTTP API. */
+export class ApiError extends Error {
+  constructor(status, code, message) {
+    super(message || `HTTP ${status}`);
+    this.status = status;
+    this.code = code;
+  }
+}
+
+/** api calls the HTTP API with a bearer token and returns the decoded JSON. */
+export async function api(token, method, path, body) {
+  const res = await fetch(path, {
+    method,
+    headers: {
+      Authorization: `Bearer ${token}`,
+      ...(body === undefined ? {} : { 'Content-Type': 'application/json' }),
+    },
+    body: body === undefined ? undefined : JSON.stringify(body),
+    cache: 'no-store',
+  });
+  const data = await res.json().catch(() => ({}));
+  if (!res.ok) throw new ApiError(res.status, data.error?.code, data.error?.message);
+  return data;
+}
+
+/** tokenUser returns the sub claim of a JWT without verifying it (display only). */
+export function tokenUser(token) {
+  try {
+    const part = token.split('.')[1].replace(/-/g, '+').replace(/_/g, '/');
+    const json = new TextDecoder().decode(Uint8Array.from(atob(part), (c) => c.charCodeAt(0)));
+    return JSON.parse(json).sub || '';
+  } catch {
+    return '';
+  }
+}
+
+/**
+ * ChatLog holds one chat's messages, deduplicated, in display order: messages
+ * confirmed by a history page first, in commit order (seq), then the others
+ * (live, or own messages not yet in a page) in the order they arrived.
+ */
+class ChatLog {
+  constructor() {
+    this.byId = new Map(); // messageId -> message
+    this.byCorr = new Map(); // correlationId -> own message (this tab's sends)
+    this.list = [];
+    this.cursor = ''; // last messageId of the last history page
+    this.seq = 0;
+    this.reads = new Map(); // userId -> messageId (newest read receipt)
+    this.sorted = true;
+    this.syncing = Promise.resolve();
+  }
+
+  ordered() {
+    if (!this.sorted) {
+      this.list.sort((a, b) => (a.seq ?? Infinity) - (b.seq ?? Infinity) || a.arrival - b.arrival);
+      this.sorted = true;
+    }
+    return this.list;
+  }
+
+  indexOf(messageId) {
+    const m = this.byId.get(messageId);
+    return m ? this.ordered().indexOf(m) : -1;
+  }
+}
+
+let arrivals = 0;
+
+/**
+ * Client keeps one user's connection and chats. Events (CustomEvent, data in
+ * `detail`): "state" {state, code, reason, retryInMs}, "hello" {hello},
+ * "chats", "messages" {chatId}, "read" {chatId, userId, messageId},
+ * "unauthorized".
+ */
+export class Client extends EventTarget {
+  constructor({ token, device, storage = globalThis.sessionStorage }) {
+    super();
+    this.token = token;
+    this.user = tokenUser(token);
+    this.device = device;
+    this.storage = storage;
+    this.state = State.OFFLINE;
+    this.chats = new Map(); // chatId -> chat
+    this.logs = new Map(); // chatId -> ChatLog
+    this.limits = { maxInFlightSends: 16, maxBodyBytes: 4096, pingIntervalMs: 15000 };
+    this.ws = null;
+    this.gen = 0; // connection generation: callbacks of an old socket are ignored
+    this.attempt = 0;
+    this.timer = 0;
+    this.stopped = true;
+    this.acks = [];
+    this.inflight = 0;
+    this.pendingReads = new Map(); // chatId -> messageId not sent yet
+    this.outbox = this.loadOutbox(); // [{chatId, correlationId, body}]
+    for (const o of this.outbox) this.addOwn(o);
+    this.onOnline = () => this.connectNow();
+    this.onOffline = () => this.ws?.close(4000, 'browser offline');
+  }
+
+  emit(type, detail = {}) {
+    this.dispatchEvent(new CustomEvent(type, { detail }));
+  }
+
+  log(chatId) {
+    let l = this.logs.get(chatId);
+    if (!l) this.logs.set(chatId, (l = new ChatLog()));
+    return l;
+  }
+
+  /** messages returns a chat's messages in display order (do not modify). */
+  messages(chatId) {
+    return this.log(chatId).ordered();
+  }
+
+  /** reads returns a chat's newest read receipt per user (userId -> messageId). */
+  reads(chatId) {
+    return this.log(chatId).reads;
+  }
+
+  api(method, path, body) {
+    return api(this.token, method, path, body);
+  }
+
+  setState(state, extra = {}) {
+    this.state = state;
+    this.emit('state', { state, ...extra });
+  }
+
+  // ---- connection ------------------------------------------------------
+
+  /** start connects and keeps connecting until stop. */
+  start() {
+    if (!this.stopped) return;
+    this.stopped = false;
+    addEventListener('online', this.onOnline);
+    addEventListener('offline', this.onOffline);
+    this.connect();
+  }
+
+  /** stop closes the socket and stops reconnecting. */
+  stop(reason = 'stopped') {
+    this.stopped = true;
+    this.gen++;
+    clearTimeout(this.timer);
+    clearInterval(this.pinger);
+    clearInterval(this.lister);
+    removeEventListener('online', this.onOnline);
+    removeEventListener('offline', this.onOffline);
+    this.ws?.close(1000, 'bye');
+    this.ws = null;
+    this.setState(State.OFFLINE, { reason });
+  }
+
+  /** connectNow skips the backoff wait (the browser came back online). */
+  connectNow() {
+    if (!this.stopped && !this.ws) {
+      this.attempt = 0;
+      this.connect();
+    }
+  }
+
+  connect() {
+    clearTimeout(this.timer);
+    if (this.stopped) return;
+    if (globalThis.navigator?.onLine === false) {
+      this.setState(State.OFFLINE, { reason: 'the browser is offline' });
+      return; // the "online" event reconnects
+    }
+    const gen = ++this.gen;
+    const url = new URL('/ws', location.href);
+    url.protocol = url.protocol === 'https:' ? 'wss:' : 'ws:';
+    url.searchParams.set('token', this.token);
+    url.searchParams.set('device', this.device);
+    if (this.state !== State.RECONNECTING) this.setState(State.CONNECTING);
+    const ws = new WebSocket(url);
+    this.ws = ws;
+    let greeted = false;
+    let lastFrame = Date.now();
+    ws.onmessage = (e) => {
+      if (gen !== this.gen) return;
+      lastFrame = Date.now();
+      let f;
+      try {
+        f = JSON.parse(e.data);
+      } catch {
+        return;
+      }
+      if (f.type === 'hello') {
+        greeted = true;
+        this.onHello(f, gen, () => lastFrame);
+      } else {
+        this.onFrame(f);
+      }
+    };
+    ws.onclose = (e) => {
+      if (gen !== this.gen) return;
+      this.onClose(e.code, e.reason, greeted);
+    };
+  }
+
+  onHello(hello, gen, lastFrame) {
+    this.user = hello.userId;
+    this.limits = { ...this.limits, ...hello.limits };
+    this.attempt = 0;
+    this.inflight = 0;
+    for (const o of this.outbox) o.inflight = false;
+    this.setState(State.CONNECTED);
+    this.emit('hello', { hello });
+    // Liveness: an app-level ping every interval; a socket silent for two
+    // intervals is dead (a vanished peer may never deliver a close).
+    const every = Math.max(1000, this.limits.pingIntervalMs || 15000);
+    clearInterval(this.pinger);
+    this.pinger = setInterval(() => {
+      if (gen !== this.gen) return;
+      if (Date.now() - lastFrame() > 2 * every + 5000) this.ws?.close(4000, 'no answer');
+      else this.write({ type: 'ping' });
+    }, every);
+    // New chats are announced by their first message; a chat created
+    // without one shows up at this slow refresh (or at the next reconnect).
+    clearInterval(this.lister);
+    this.lister = setInterval(() => gen === this.gen && this.refreshChats(), CHAT_REFRESH_MS);
+    for (const [chatId, messageId] of this.pendingReads) this.read(chatId, messageId);
+    this.pump();
+    this.resync(gen);
+  }
+
+  onClose(code, reason, greeted) {
+    clearInterval(this.pinger);
+    clearInterval(this.lister);
+    this.ws = null;
+    this.acks = [];
+    if (this.stopped) return;
+    if (code === 4001) {
+      this.stop('this device was opened in another window');
+      return;
+    }
+    const retry = () => {
+      if (this.stopped) return;
+      const wait = backoff(this.attempt++);
+      this.setState(State.RECONNECTING, { code, reason, retryInMs: Math.round(wait) });
+      this.timer = setTimeout(() => this.connect(), wait);
+    };
+    if (greeted) {
+      retry();
+      return;
+    }
+    // Closed before hello: the upgrade may have been refused. A browser
+    // cannot see the HTTP status of a failed upgrade, so ask the API.
+    this.api('GET', '/api/chats').then(retry, (err) => {
+      if (err instanceof ApiError && err.status === 401) {
+        this.stop('the token was refused');
+        this.emit('unauthorized');
+      } else {
+        retry();
+      }
+    });
+  }
+
+  write(frame) {
+    if (this.ws?.readyState !== WebSocket.OPEN) return false;
+    this.ws.send(JSON.stringify(frame));
+    return true;
+  }
+
+  onFrame(f) {
+    switch (f.type) {
+      case 'message':
+        this.queueAck(f.messageId);
+        if (!this.chats.has(f.chatId)) this.refreshChats();
+        this.ingest(f, false);
+        break;
+      case 'accepted':
+        this.onAccepted(f);
+        break;
+      case 'error':
+        if (f.correlationId) this.onSendError(f);
+        break;
+      case 'read':
+        this.onRead(f);
+        break;
+    }
+  }
+
+  queueAck(messageId) {
+    this.acks.push(messageId);
+    if (this.acks.length > 1) return; // a flush is scheduled
+    queueMicrotask(() => {
+      const ids = this.acks;
+      this.acks = [];
+      for (let i = 0; i < ids.length; i += ACK_CHUNK) {
+        this.write({ type: 'ack', messageIds: ids.slice(i, i + ACK_CHUNK) });
+      }
+    });
+  }
+
+  // ---- chats and history -----------------------------------------------
+
+  setChats(chats) {
+    for (const c of chats) this.chats.set(c.chatId, c);
+    this.emit('chats');
+  }
+
+  /** refreshChats lists the chats again and syncs the ones not seen before. */
+  async refreshChats() {
+    const gen = this.gen;
+    try {
+      const { chats } = await this.api('GET', '/api/chats');
+      const fresh = chats.filter((c) => !this.chats.has(c.chatId));
+      this.setChats(chats);
+      await Promise.all(fresh.map((c) => this.syncChat(c.chatId, gen)));
+    } catch (err) {
+      console.warn('tetra: listing chats failed', err);
+    }
+  }
+
+  async resync(gen, failures = 0) {
+    try {
+      const { chats } = await this.api('GET', '/api/chats');
+      if (gen !== this.gen) return;
+      this.setChats(chats);
+      await Promise.all(chats.map((c) => this.syncChat(c.chatId, gen)));
+    } catch (err) {
+      if (gen !== this.gen) return;
+      if (err instanceof ApiError && err.status === 401) {
+        this.stop('the token was refused');
+        this.emit('unauthorized');
+        return;
+      }
+      // Still connected but the sync failed: try again; cursors kept their place.
+      this.timer = setTimeout(() => this.resync(gen, failures + 1), backoff(failures));
+    }
+  }
+
+  /**
+   * syncChat pages a chat's history from its cursor to the end. Syncs of one
+   * chat run one after another, so the cursor only moves forward.
+   */
+  syncChat(chatId, gen) {
+    const log = this.log(chatId);
+    const run = async () => {
+      for (;;) {
+        if (gen !== this.gen) return; // a newer connection resyncs
+        const q = new URLSearchParams({ limit: String(PAGE_LIMIT) });
+        if (log.cursor) q.set('since', log.cursor);
+        const page = await this.api('GET', `/api/chats/${encodeURIComponent(chatId)}/messages?${q}`);
+        for (const m of page.messages) this.ingest(m, true);
+        if (page.messages.length) log.cursor = page.messages.at(-1).messageId;
+        if (!page.hasMore || page.messages.length === 0) return;
+      }
+    };
+    log.syncing = log.syncing.then(run, run);
+    return log.syncing;
+  }
+
+  /** createChat creates a direct chat or a group and syncs it. */
+  async createChat(kind, members, title = '') {
+    const chat = await this.api('POST', '/api/chats', { kind, members, ...(kind === 'group' ? { title } : {}) });
+    this.setChats([chat]);
+    this.syncChat(chat.chatId, this.gen).catch(() => {});
+    return chat;
+  }
+
+  /** addMember adds userId to a group chat. */
+  async addMember(chatId, userId) {
+    const chat = await this.api('POST', `/api/chats/${encodeURIComponent(chatId)}/members`, { userId });
+    this.setChats([chat]);
+    return chat;
+  }
+
+  /**
+   * ingest adds a message from a frame or a history page, once per messageId.
+   * A history page also confirms the message's place in commit order.
+   */
+  ingest(m, fromHistory) {
+    const log = this.log(m.chatId);
+    let cur = log.byId.get(m.messageId);
+    if (!cur && m.senderId === this.user && m.correlationId) cur = log.byCorr.get(m.correlationId);
+    if (cur) {
+      if (!cur.messageId) this.settle(log, cur, m.messageId, m.sentAt);
+      if (fromHistory && cur.seq === undefined) {
+        cur.seq = ++log.seq;
+        log.sorted = false;
+        this.emit('messages', { chatId: m.chatId });
+      }
+      return;
+    }
+    const msg = {
+      messageId: m.messageId,
+      correlationId: m.correlationId,
+      chatId: m.chatId,
+      senderId: m.senderId,
+      body: m.body,
+      sentAt: m.sentAt,
+      status: 'sent',
+      arrival: ++arrivals,
+      seq: fromHistory ? ++log.seq : undefined,
+    };
+    log.byId.set(msg.messageId, msg);
+    log.list.push(msg);
+    log.sorted = false;
+    this.emit('messages', { chatId: m.chatId });
+  }
+
+  // settle gives an own message its messageId: it is stored, stop resending.
+  settle(log, msg, messageId, sentAt) {
+    msg.messageId = messageId;
+    msg.sentAt = sentAt || msg.sentAt;
+    msg.status = 'sent';
+    log.byId.set(messageId, msg);
+    this.dropOutbox(msg.correlationId);
+  }
+
+  onRead(f) {
+    const log = this.log(f.chatId);
+    const prev = log.reads.get(f.userId);
+    // Receipts only move forward (a late frame for an older message is ignored).
+    if (prev && log.indexOf(prev) > log.indexOf(f.messageId) && log.indexOf(f.messageId) >= 0) return;
+    log.reads.set(f.userId, f.messageId);
+    this.emit('read', { chatId: f.chatId, userId: f.userId, messageId: f.messageId });
+  }
+
+  /** read sends a read receipt for messageId (now, or after the next hello). */
+  read(chatId, messageId) {
+    if (this.state === State.CONNECTED && this.write({ type: 'read', chatId, messageId })) {
+      this.pendingReads.delete(chatId);
+    } else {
+      this.pendingReads.set(chatId, messageId);
+    }
+  }
+
+  // ---- sending ---------------------------------------------------------
+
+  /** send queues body for chatId and returns the pending message. */
+  send(chatId, body) {
+    const o = { chatId, correlationId: `web-${crypto.randomUUID()}`, body };
+    this.outbox.push(o);
+    this.saveOutbox();
+    const msg = this.addOwn(o);
+    this.pump();
+    return msg;
+  }
+
+  addOwn(o) {
+    const log = this.log(o.chatId);
+    const msg = {
+      correlationId: o.correlationId,
+      chatId: o.chatId,
+      senderId: this.user,
+      body: o.body,
+      sentAt: new Date().toISOString(),
+      status: 'pending',
+      arrival: ++arrivals,
+    };
+    log.byCorr.set(o.correlationId, msg);
+    log.list.push(msg);
+    log.sorted = false;
+    this.emit('messages', { chatId: o.chatId });
+    return msg;
+  }
+
+  // pump writes queued sends, within the server's credits (maxInFlightSends).
+  pump() {
+    if (this.state !== State.CONNECTED) return;
+    const now = Date.now();
+    for (const o of this.outbox) {
+      if (this.inflight >= this.limits.maxInFlightSends) return;
+      if (o.inflight || (o.notBefore || 0) > now) continue;
+      const frame = { type: 'send', chatId: o.chatId, correlationId: o.correlationId, body: o.body };
+      if (!this.write(frame)) return;
+      o.inflight = true;
+      this.inflight++;
+    }
+  }
+
+  answered(correlationId) {
+    const o = this.outbox.find((x) => x.correlationId === correlationId);
+    if (o?.inflight) {
+      o.inflight = false;
+      this.inflight--;
+    }
+    return o;
+  }
+
+  onAccepted(f) {
+    this.answered(f.correlationId);
+    const log = this.log(f.chatId);
+    const msg = log.byCorr.get(f.correlationId);
+    if (msg && !msg.messageId) {
+      this.settle(log, msg, f.messageId, f.sentAt);
+      this.emit('messages', { chatId: f.chatId });
+    }
+    this.dropOutbox(f.correlationId);
+    this.pump();
+  }
+
+  onSendError(f) {
+    const o = this.answered(f.correlationId);
+    if (!o) return;
+    if (RETRYABLE.has(f.code)) {
+      o.tries = (o.tries || 0) + 1;
+      const wait = backoff(o.tries, 500, 10000);
+      o.notBefore = Date.now() + wait;
+      setTimeout(() => this.pump(), wait + 10);
+      return;
+    }
+    // A final refusal: the message was not stored (PROTOCOL.md §3).
+    this.dropOutbox(f.correlationId);
+    const msg = this.log(o.chatId).byCorr.get(f.correlationId);
+    if (msg) {
+      msg.status = 'failed';
+      msg.error = `${f.code}: ${f.message}`;
+      this.emit('messages', { chatId: o.chatId });
+    }
+    this.pump();
+  }
+
+  dropOutbox(correlationId) {
+    const i = this.outbox.findIndex((x) => x.correlationId === correlationId);
+    if (i < 0) return;
+    if (this.outbox[i].inflight) this.inflight--;
+    this.outbox.splice(i, 1);
+    this.saveOutbox();
+  }
+
+  outboxKey() {
+    return `tetra.outbox.${this.user}`;
+  }
+
+  loadOutbox() {
+    try {
+      const raw = JSON.parse(this.storage?.getItem(this.outboxKey()) || '[]');
+      return raw.map(({ chatId, correlationId, body }) => ({ chatId, correlationId, body }));
+    } catch {
+      return [];
+    }
+  }
+
+  saveOutbox() {
+    const keep = this.outbox.map(({ chatId, correlationId, body }) => ({ chatId, correlationId, body }));
+    this.storage?.setItem(this.outboxKey(), JSON.stringify(keep));
+  }
+
+  /** forget drops the persisted send queue (on sign-out). */
+  forget() {
+    this.storage?.removeItem(this.outboxKey());
+  }
+}

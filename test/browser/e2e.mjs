@@ -436,14 +436,15 @@ const scenarios = {
     await openChat(bob, team);
     await send(bob, 'Yes. Release notes are in the doc.');
     await openChat(carol, team);
-    await send(carol, 'שלום! I will post the announcement (and the Arabic one: أهلا وسهلا).');
+    await send(carol, 'I will post the announcement 📣');
+    await send(carol, 'مرحبا بالجميع، إصدار جديد!');
     const direct = await createChat(bob, 'direct', ['alice']);
     await send(bob, 'lunch after the release? 🍜');
     await waitBodies(alice, ['Yes. Release notes are in the doc.']);
     await createChat(alice, 'direct', ['carol']);
     await send(alice, 'thanks for the review!');
     await openChat(alice, team);
-    await waitBodies(alice, ['שלום! I will post the announcement (and the Arabic one: أهلا وسهلا).']);
+    await waitBodies(alice, ['مرحبا بالجميع، إصدار جديد!']);
     await alice.fill('#composer-input', 'Ship it ✅');
     await alice.waitForSelector(`.chat-item[data-chat-id="${direct}"] .unread`, { timeout: WAIT });
     await alice.waitForSelector('#message-list .receipt', { timeout: WAIT });

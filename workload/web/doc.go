@@ -1,27 +1,34 @@
 // Package web is tetra's browser chat client: plain ES modules, HTML and CSS
-// embedded in the binary with go:embed and served by the workload at "/"
-// (index.html) and "/static/...". There is no build step, no framework and
-// nothing loaded from another origin; the page's Content-Security-Policy
-// allows scripts, styles and connections to its own origin only.
+// embedded with go:embed and served by the workload at "/" (index.html) and
+// "/static/..." (see Handler). There is no build step, no framework and
+// nothing from another origin; the Content-Security-Policy allows scripts,
+// styles and connections to the page's own origin only. Sign-in is by
+// pasting a token, kept in sessionStorage (per tab); the demo switch (alice,
+// bob, carol) appears only when the server runs with `tetra serve --demo`
+// (package server, webui.go).
 //
-// The client implements the client contract of PROTOCOL.md in
-// static/client.js, kept apart from the user interface in static/app.js. It
-// opens /ws with the token in the token query parameter (browsers cannot set
-// headers on a WebSocket) and one device id per tab, so two tabs of one user
-// never supersede each other. After every (re)connect it lists the chats and
-// pages each chat's history from its cursor (limit=500, following hasMore);
-// the cursor advances only with history pages, because live frames may
-// arrive out of commit order. Messages are deduplicated by messageId, every
-// message frame is acknowledged, sends carry a correlationId that is resent
-// unchanged on every reconnect until the server answers, and reconnects wait
-// with exponential backoff and jitter. Bodies are rendered with textContent,
-// never as HTML, with dir="auto" and overflow-wrap: anywhere.
+// static/client.js implements PROTOCOL.md with no user interface. It opens
+// /ws with the token in the token query parameter (browsers cannot set
+// headers on a WebSocket) and one device id per tab, so two tabs of a user
+// never supersede each other. After every (re)connect it lists the chats
+// and pages each chat's history from its cursor (limit=500, following
+// hasMore); the cursor advances only with history pages, because live frames
+// may arrive out of commit order. Messages are deduplicated by messageId,
+// every message frame is acknowledged, each send keeps one correlationId and
+// is resent on every reconnect until answered, and reconnects wait with
+// exponential backoff and jitter. static/app.js renders: bodies through
+// textContent (never HTML) with dir="auto" and overflow-wrap: anywhere; read
+// frames for the newest message from another member while the chat is
+// scrolled to its end; "read by ..." from incoming read frames (the API
+// returns no past receipts, so they start empty on each load); unread counts
+// per browser (localStorage).
 //
 // History pages forward only (there is no "before" cursor), so a chat's
 // history is loaded from its start, in pages, when the client first syncs
-// it; the view renders the newest messages and reveals older ones, already
-// in memory, when the reader scrolls up or presses "load older". The token
-// lives in sessionStorage (per tab, gone when the tab closes). The demo
-// switch (sign in as alice, bob or carol) appears only when the server runs
-// with `tetra serve --demo`; see package server (webui.go).
+// it, and kept in memory; the view renders the newest 50 messages and
+// reveals 50 more at a time when the reader scrolls up or presses "load
+// older". That is simple and exact for the chat sizes of a demo; a backward
+// page in the API would let the view load lazily instead. A chat created
+// without a message appears at the next chat-list refresh (every 20 s, on
+// focus, on reconnect); one with a message appears with it.
 package web

@@ -16,7 +16,7 @@
 // screenshots/ (git-ignored).
 
 import { chromium } from 'playwright-core';
-import { mkdirSync } from 'node:fs';
+import { mkdirSync, readdirSync, rmSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import assert from 'node:assert/strict';
 
@@ -398,7 +398,9 @@ const scenarios = {
     await bob.waitForFunction(() => document.querySelectorAll('#message-list .msg').length === 50, null, { timeout: WAIT });
     assert.equal((await bodies(bob)).length, 50, 'the newest 50 are rendered');
     assert.equal(await bob.isVisible('#load-older'), true);
-    await bob.click('#load-older');
+    // A click through the DOM: playwright's click would first scroll the
+    // button into view, and reaching the top loads older messages by itself.
+    await bob.$eval('#load-older', (b) => b.click());
     await bob.waitForFunction(() => document.querySelectorAll('#message-list .msg').length === 100);
     await bob.$eval('#messages', (e) => e.scrollTo(0, 0));
     await bob.waitForFunction(() => document.querySelectorAll('#message-list .msg').length === 150);
@@ -423,6 +425,8 @@ const scenarios = {
     await page.click('#token-submit');
     await page.waitForFunction(() => document.querySelector('#signin-error').textContent.includes('refused'), null, { timeout: WAIT });
     assert.equal(await page.isVisible('#app'), false);
+    assert.equal(await page.isVisible('[data-demo-user="alice"]'), true, 'the demo switch is shown');
+    await shot(page, 'signin');
   },
 
   /** The picture in the README (only when README_SHOT names a file). */
@@ -457,6 +461,7 @@ const scenarios = {
 
 async function main() {
   assert.ok(BASE, 'TETRA_URL is not set');
+  mkdirSync(SHOTS, { recursive: true });
   const names = process.argv.slice(2).length ? process.argv.slice(2) : Object.keys(scenarios);
   let failed = 0;
   for (const name of names) {
@@ -465,6 +470,9 @@ async function main() {
       console.error(`unknown scenario ${name}; have: ${Object.keys(scenarios).join(' ')}`);
       failed++;
       continue;
+    }
+    for (const f of readdirSync(SHOTS, { withFileTypes: true })) {
+      if (f.name.startsWith(`FAIL-${name}-`)) rmSync(SHOTS + f.name);
     }
     const browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, args: FLAGS });
     const t0 = Date.now();

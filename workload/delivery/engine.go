@@ -204,9 +204,10 @@ func New(log outbox.Log, idx waterline.Index, tuning func() config.Tuning, cfg C
 	}, nil
 }
 
-// Start primes the index (a rebuild from the outbox when it is not primed or
-// its server changed), pins the unscanned outbox with the poller's hold, and
-// starts the fast-path workers, the poller, the GC and the idle reaper.
+// Start pins the unscanned outbox with the poller's hold, rebuilds this
+// process's part of the index from the outbox (a cold start: state a
+// crashed predecessor with the same owner left behind is wiped), and starts
+// the fast-path workers, the poller, the GC and the idle reaper.
 func (e *Engine) Start(ctx context.Context) error {
 	parts, err := e.log.Partitions(ctx)
 	if err != nil {
@@ -221,7 +222,10 @@ func (e *Engine) Start(ctx context.Context) error {
 			return fmt.Errorf("delivery: hold the outbox for the poller: %w", err)
 		}
 	}
-	if err := e.ensurePrimed(ctx); err != nil {
+	// The cold-state wipe: whatever this process's owner left in the index
+	// (a previous run that crashed) is reset, and the index is rebuilt from
+	// the outbox before the first delete.
+	if err := e.Rebuild(ctx, RebuildColdStart); err != nil {
 		return err
 	}
 	rctx, cancel := context.WithCancel(context.Background())

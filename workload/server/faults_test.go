@@ -9,6 +9,8 @@ import (
 
 	"github.com/tetra-messenger/tetra/workload/internal/testenv"
 	"github.com/tetra-messenger/tetra/workload/server"
+	"github.com/tetra-messenger/tetra/workload/waterline"
+	redisidx "github.com/tetra-messenger/tetra/workload/waterline/redis"
 )
 
 // throughProxy rewrites a service URL to go through a proxy.
@@ -101,4 +103,50 @@ func TestE2EStoreAndIndexOutageWhileRunning(t *testing.T) {
 	if fmt.Sprint(got) != fmt.Sprint(accepted) {
 		t.Fatalf("history %v, want every accepted message once, in order: %v", got, accepted)
 	}
+}
+
+// A process that crashed left its clients and pins in Redis under its owner
+// name. The next start with the same owner (the pod name) wipes them, so
+// they cannot hold the safe-delete line down until the age backstop.
+func TestE2ERestartWipesTheCrashedOwnersPins(t *testing.T) {
+	t.Parallel()
+	pgURL := testenv.Postgres(t)
+	redisURL, prefix := testenv.Redis(t)
+	ctx := t.Context()
+	stale, err := redisidx.New(ctx, redisidx.Config{URL: redisURL, Prefix: prefix, Owner: "pod-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stale.Close()
+	if err := stale.Connect(ctx, waterline.Client{ID: "ghost", User: "bob", Device: "d", Start: map[int32]int64{0: 0}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stale.Sent(ctx, "ghost", []waterline.Entry{{MessageID: "m", Partition: 0, Pos: 1}}, time.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	// It was a running process: primed, at the current server identity.
+	id, err := stale.Identity(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stale.MarkPrimed(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if line, ok, _ := stale.SafeLine(ctx, 0); !ok || line != 1 {
+		t.Fatalf("setup: ghost pin not in place (line %d, %v)", line, ok)
+	}
+	e := newEnv(t, backend{name: "postgres+redis", start: func(t *testing.T, mutate func(*server.Config)) *server.Server {
+		cfg := server.DefaultConfig()
+		cfg.Addr, cfg.DataDir = "127.0.0.1:0", t.TempDir()
+		cfg.Store, cfg.Index, cfg.IndexPrefix, cfg.IndexOwner = pgURL, redisURL, prefix, "pod-1"
+		mutate(&cfg)
+		return startServer(t, cfg)
+	}}, nil)
+	chat := e.createDirect("alice", "bob")
+	alice := e.dial("alice", dialOpts{})
+	for i := 0; i < 3; i++ {
+		alice.sendOK(chat.ChatID, fmt.Sprint("k", i), "nobody online")
+	}
+	// Nobody is connected: without the ghost, GC drains everything.
+	eventually(t, 20*time.Second, "the outbox drains despite the crashed predecessor's pin", func() bool { return e.outboxDepth() == 0 })
 }

@@ -46,6 +46,12 @@ type Config struct {
 	Index string
 	// IndexPrefix prefixes every Redis key; default "tetra:".
 	IndexPrefix string
+	// IndexOwner names this process in the Redis index (its clients, holds
+	// and primed flag live under it); default the hostname, which is the
+	// pod name in Kubernetes. It must be stable across restarts of the
+	// same instance, so a restart wipes what the previous run left, and
+	// unique among the processes sharing one Redis.
+	IndexOwner string
 	// IndexSentinelAddrs and IndexSentinelMaster select a Redis master
 	// through Sentinel (Index "sentinel").
 	IndexSentinelAddrs  []string
@@ -249,7 +255,11 @@ func (s *Server) openStores(ctx context.Context) error {
 	case idx == "" || idx == "memory":
 		s.index, s.indexKind = memory.New(), "memory"
 	case strings.HasPrefix(idx, "redis://") || strings.HasPrefix(idx, "rediss://") || (idx == "sentinel" && len(s.cfg.IndexSentinelAddrs) > 0):
-		rcfg := redisidx.Config{URL: idx, Prefix: s.cfg.IndexPrefix}
+		owner := s.cfg.IndexOwner
+		if owner == "" {
+			owner, _ = os.Hostname()
+		}
+		rcfg := redisidx.Config{URL: idx, Prefix: s.cfg.IndexPrefix, Owner: owner}
 		if idx == "sentinel" {
 			rcfg.URL, rcfg.SentinelAddrs, rcfg.MasterName = "", s.cfg.IndexSentinelAddrs, s.cfg.IndexSentinelMaster
 		}

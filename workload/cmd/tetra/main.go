@@ -133,6 +133,7 @@ func serverFlags(fs *flag.FlagSet, listen bool) func() (server.Config, error) {
 	fs.StringVar(&cfg.Store, "store", "", `history and outbox store: "" (SQLite in --data), sqlite:///path.db, or postgres://user:pass@host:5432/db`)
 	fs.StringVar(&cfg.Index, "index", "", `waterline index: "" or memory (in process), redis://host:6379/0, or sentinel`)
 	fs.StringVar(&cfg.IndexPrefix, "index-prefix", "tetra:", "prefix of every Redis key")
+	fs.StringVar(&cfg.IndexOwner, "index-owner", "", "this process's name in the Redis index, stable across its restarts (default: the hostname)")
 	sentinels := fs.String("index-sentinel-addrs", "", "comma-separated Sentinel addresses (with --index sentinel)")
 	fs.StringVar(&cfg.IndexSentinelMaster, "index-sentinel-master", "", "Sentinel master name (with --index sentinel)")
 	fs.StringVar(&cfg.TuningDir, "tuning-dir", "", "directory of tuning files (one per key, as a mounted ConfigMap), reloaded live")

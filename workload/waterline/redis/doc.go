@@ -26,15 +26,17 @@
 // The pending set is split per partition so that each pin is one ZRANGE 0 0;
 // an SQL outbox has only partition 0, so it is the paper's single set.
 //
-// Atomicity. Every write is one Lua script (EVALSHA, falling back to EVAL
-// when the server lost its script cache) that changes a client's entries,
-// its count, its lease entries and its pins together, so SafeLine never sees
-// a pin that disagrees with its set. Sent and Ack recompute a pin from the
+// Atomicity. Connect and MarkPrimed are single commands; every other write
+// is one Lua script (EVALSHA, falling back to EVAL when the server lost its
+// script cache) that changes a client's entries, its count, its lease
+// entries and its pins together, so SafeLine never sees a pin that
+// disagrees with its set. Sent and Ack recompute a pin from the
 // set's minimum after every change, never from an acknowledged id: an
 // out-of-order ack cannot lift a pin past a gap. Withdraw deletes the
 // client's sets, state, lease entries, pins and registration in one script
 // (never a forged pin advance). Sent, Ack, Restore (per 5,000 entries) and
-// Withdraw are one round trip each; Expired is a plain ZRANGEBYSCORE ...
+// Withdraw are one round trip each (plus one, once per script and server,
+// to load the script after NOSCRIPT); Expired is a plain ZRANGEBYSCORE ...
 // LIMIT on the owner's lease set, since its members carry every field it
 // reports; SafeLine is one script over one partition's pins and holds, and
 // hold expiry is judged by the server's TIME, not by any process's clock.

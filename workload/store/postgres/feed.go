@@ -1,0 +1,78 @@
+package postgres
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tetra-messenger/tetra/workload/history"
+)
+
+var _ history.Feed = (*DB)(nil)
+
+// feedSQL reads history forward by id ($1 the last Seq seen, $2 the limit)
+// and the members of those rows' chats in one statement, so both come from
+// one snapshot: kind 0 rows are messages, kind 1 rows are (chat, member)
+// pairs. It ranges over history's primary key and the members primary key.
+const feedSQL = `WITH h AS (
+		SELECT id, message_id, chat_id, sender_id, sender_device, correlation_id, body, sent_at
+		FROM history WHERE id > $1 ORDER BY id LIMIT $2
+	)
+	SELECT 0, id, message_id, chat_id, sender_id, sender_device, correlation_id, body, sent_at FROM h
+	UNION ALL
+	SELECT 1, 0, '', m.chat_id, m.user_id, '', '', '', 0::bigint
+	FROM members AS m WHERE m.chat_id IN (SELECT chat_id FROM h)`
+
+// HistoryAfter returns up to limit messages with Seq above seq, in Seq
+// order, each with its chat's members (sorted), with one statement in one
+// round trip.
+//
+// Nothing is skipped by reading forward from the last Seq returned, also
+// when the store writes no outbox rows (Config.Outbox false, Kafka mode):
+// every Commit takes the append lock (AppendLockKey) before it draws a
+// history id and holds it until its commit is visible, so history ids are
+// drawn in commit order and no transaction can commit a lower id after a
+// higher one became visible. limit < 1 gives ErrInvalid; store failures
+// wrap ErrUnavailable.
+func (db *DB) HistoryAfter(ctx context.Context, seq int64, limit int) ([]history.Committed, error) {
+	if limit < 1 {
+		return nil, fmt.Errorf("%w: history feed limit %d, want at least 1", history.ErrInvalid, limit)
+	}
+	rows, err := db.pool.Query(ctx, feedSQL, seq, int64(limit))
+	if err != nil {
+		return nil, unavailable("history feed", err)
+	}
+	out := make([]history.Committed, 0, min(limit, 512))
+	members := map[string][]string{}
+	var (
+		kind   int
+		m      history.Message
+		sentAt int64
+	)
+	_, err = pgx.ForEachRow(rows, []any{&kind, &m.Seq, &m.ID, &m.ChatID, &m.SenderID, &m.SenderDevice, &m.CorrelationID, &m.Body, &sentAt}, func() error {
+		if kind == 1 {
+			members[m.ChatID] = append(members[m.ChatID], m.SenderID)
+			return nil
+		}
+		c := history.Committed{Message: m}
+		c.Message.SentAt = fromNanos(sentAt)
+		out = append(out, c)
+		return nil
+	})
+	if err != nil {
+		return nil, unavailable("history feed", err)
+	}
+	// UNION ALL keeps no order: sort both (ids use the "C" collation, so
+	// byte order is the database's order too).
+	slices.SortFunc(out, func(a, b history.Committed) int { return cmp.Compare(a.Message.Seq, b.Message.Seq) })
+	for _, ms := range members {
+		slices.Sort(ms)
+	}
+	for i := range out {
+		out[i].Members = members[out[i].Message.ChatID]
+	}
+	return out, nil
+}

@@ -1,0 +1,83 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+
+	"github.com/tetra-messenger/tetra/workload/history"
+)
+
+var _ history.Feed = (*DB)(nil)
+
+// feedQuery reads history forward by id (?1 the last Seq seen, ?2 the
+// limit); feedMembersQuery lists the members of the chats of the same
+// rows. Both run in one read transaction, so they see one snapshot.
+const (
+	feedRows         = `SELECT id, message_id, chat_id, sender_id, sender_device, correlation_id, body, sent_at FROM history WHERE id > ?1 ORDER BY id LIMIT ?2`
+	feedQuery        = feedRows
+	feedMembersQuery = `WITH h AS (` + feedRows + `)
+		SELECT chat_id, user_id FROM members WHERE chat_id IN (SELECT chat_id FROM h) ORDER BY chat_id, user_id`
+)
+
+// HistoryAfter returns up to limit messages with Seq above seq, in Seq
+// order, each with its chat's members (sorted), from one WAL snapshot on
+// the read pool: a range read of history's primary key and one keyed read
+// of members per chat. Seq is assigned by the single writer in commit
+// order, so reading forward from the last Seq returned skips nothing (see
+// history.Feed). limit < 1 gives ErrInvalid; store failures wrap
+// ErrUnavailable.
+func (db *DB) HistoryAfter(ctx context.Context, seq int64, limit int) ([]history.Committed, error) {
+	if limit < 1 {
+		return nil, fmt.Errorf("%w: history feed limit %d, want at least 1", history.ErrInvalid, limit)
+	}
+	tx, err := db.r.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return nil, unavailable("history feed", err)
+	}
+	defer rollback(tx)
+	rows, err := tx.QueryContext(ctx, feedQuery, seq, int64(limit))
+	if err != nil {
+		return nil, unavailable("history feed", err)
+	}
+	out := make([]history.Committed, 0, min(limit, 512))
+	for rows.Next() {
+		var c history.Committed
+		m := &c.Message
+		var sentAt int64
+		if err := rows.Scan(&m.Seq, &m.ID, &m.ChatID, &m.SenderID, &m.SenderDevice, &m.CorrelationID, &m.Body, &sentAt); err != nil {
+			rows.Close()
+			return nil, unavailable("history feed", err)
+		}
+		m.SentAt = fromNanos(sentAt)
+		out = append(out, c)
+	}
+	err = rows.Err()
+	rows.Close()
+	if err != nil {
+		return nil, unavailable("history feed", err)
+	}
+	if len(out) == 0 {
+		return out, nil
+	}
+	mrows, err := tx.QueryContext(ctx, feedMembersQuery, seq, int64(limit))
+	if err != nil {
+		return nil, unavailable("history feed: members", err)
+	}
+	defer mrows.Close()
+	members := map[string][]string{}
+	for mrows.Next() {
+		var chat, user string
+		if err := mrows.Scan(&chat, &user); err != nil {
+			return nil, unavailable("history feed: members", err)
+		}
+		members[chat] = append(members[chat], user)
+	}
+	if err := mrows.Err(); err != nil {
+		return nil, unavailable("history feed: members", err)
+	}
+	for i := range out {
+		out[i].Members = members[out[i].Message.ChatID]
+	}
+	return out, nil
+}

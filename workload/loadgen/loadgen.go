@@ -97,7 +97,7 @@ type Report struct {
 	Duration           time.Duration
 	Sent               int64            // send calls made
 	Accepted           int64            // answered accepted
-	SendErrors         map[string]int64 // sends that ended in an error, by code
+	SendErrors         map[string]int64 // sends that ended in an error, by code ("gave-up": unanswered at the deadline)
 	AchievedRate       float64          // accepted per second of the send phase
 	Expected           int64            // pairs: accepted x (group size - 1)
 	Received           int64            // pairs the recipients' clients reported (live or their own history syncs)
@@ -351,8 +351,12 @@ func (r *run) drive(ctx context.Context) *Report {
 					defer cancel()
 					acc, err := m.c.SendWithID(sctx, m.chat, corr, body)
 					if err != nil {
+						code := client.CodeOf(err)
+						if code == "" {
+							code = "gave-up" // still unanswered when the run's deadline passed
+						}
 						r.errMu.Lock()
-						r.errs[client.CodeOf(err)]++
+						r.errs[code]++
 						r.errMu.Unlock()
 						return
 					}

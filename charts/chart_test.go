@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"helm.sh/helm/v4/pkg/action"
+	"helm.sh/helm/v4/pkg/chart/common"
 	chart "helm.sh/helm/v4/pkg/chart/v2"
 	"helm.sh/helm/v4/pkg/chart/v2/loader"
 	releasev1 "helm.sh/helm/v4/pkg/release/v1"
@@ -38,6 +39,11 @@ func render(t *testing.T, vals map[string]any) (map[string]string, error) {
 	in.ReleaseName = "tetra"
 	in.Namespace = "tetra-system"
 	in.Replace = true
+	kv, err := common.ParseKubeVersion("v1.37.2") // the default is v1.20, below the chart's kubeVersion
+	if err != nil {
+		t.Fatal(err)
+	}
+	in.KubeVersion = kv
 	rel, err := in.Run(load(t), vals)
 	if err != nil {
 		return nil, err

@@ -73,6 +73,8 @@ async function signIn(browser, user, how = 'demo') {
     d.dismiss().catch(() => {});
   });
   page.on('pageerror', (e) => page.errors.push(e.message));
+  page.logs = [];
+  page.on('console', (m) => page.logs.push(`${m.type()}: ${m.text()}`));
   await page.goto(BASE);
   if (how === 'demo') {
     await page.click(`[data-demo-user="${user}"]`);
@@ -482,8 +484,22 @@ async function main() {
     } catch (err) {
       failed++;
       console.log(`FAIL ${name} (${Date.now() - t0} ms): ${err.stack || err}`);
-      for (const ctx of browser.contexts()) {
-        for (const [i, p] of ctx.pages().entries()) await shot(p, `FAIL-${name}-${browser.contexts().indexOf(ctx)}-${i}`).catch(() => {});
+      for (const [c, ctx] of browser.contexts().entries()) {
+        for (const [i, p] of ctx.pages().entries()) {
+          await shot(p, `FAIL-${name}-${c}-${i}`).catch(() => {});
+          const state = await p
+            .evaluate(() => ({
+              me: document.querySelector('#me')?.textContent,
+              conn: document.querySelector('#conn')?.textContent,
+              visibility: document.visibilityState,
+              chats: [...document.querySelectorAll('.chat-item')].map((e) => e.dataset.chatId),
+              open: document.querySelector('#chat-title')?.textContent,
+              messages: document.querySelectorAll('#message-list .msg').length,
+            }))
+            .catch((e) => e.message);
+          console.log(`  page ${c}-${i}: ${JSON.stringify(state)}`);
+          for (const l of (p.logs || []).slice(-15)) console.log(`    console ${l}`);
+        }
       }
     } finally {
       await browser.close();

@@ -17,9 +17,15 @@ var ErrOverloaded = errors.New("ingest: overloaded")
 
 // Config sizes the pipeline. Zero fields take the defaults.
 type Config struct {
-	QueueSize     int           // inbound queue capacity; default 8000
-	BatchSize     int           // drafts per transaction; default 36
-	BatchWait     time.Duration // longest wait to fill a batch; default 5 ms
+	QueueSize int           // inbound queue capacity; default 8000
+	BatchSize int           // drafts per transaction; default 36
+	BatchWait time.Duration // longest wait to fill a batch; default 5 ms
+	// MaxBatch caps a batch when a backlog is already queued: after
+	// BatchSize (or BatchWait), the committer also takes what is waiting,
+	// without waiting further, up to MaxBatch; default 8 x BatchSize. So
+	// under load one fsync carries more messages instead of the queue
+	// growing. Set it equal to BatchSize to turn this off.
+	MaxBatch      int
 	ReadQueueSize int           // read receipt queue; default 8000
 	ReadBatchSize int           // receipts per transaction; default 64
 	ReadBatchWait time.Duration // default 10 ms
@@ -41,6 +47,8 @@ func (c Config) withDefaults() Config {
 	def(&c.QueueSize, 8000)
 	def(&c.BatchSize, 36)
 	defD(&c.BatchWait, 5*time.Millisecond)
+	def(&c.MaxBatch, 8*c.BatchSize)
+	c.MaxBatch = max(c.MaxBatch, c.BatchSize)
 	def(&c.ReadQueueSize, 8000)
 	def(&c.ReadBatchSize, 64)
 	defD(&c.ReadBatchWait, 10*time.Millisecond)
@@ -166,7 +174,7 @@ func (p *Pipeline) Stop(ctx context.Context) error {
 
 func (p *Pipeline) commitLoop() {
 	defer p.wg.Done()
-	batch := make([]Request, 0, p.cfg.BatchSize)
+	batch := make([]Request, 0, p.cfg.MaxBatch)
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	for {
@@ -194,6 +202,19 @@ func (p *Pipeline) commitLoop() {
 			select {
 			case <-timer.C:
 			default:
+			}
+		}
+	backlog:
+		for open && len(batch) < p.cfg.MaxBatch {
+			select {
+			case r, ok := <-p.in:
+				if !ok {
+					open = false
+					break backlog
+				}
+				batch = append(batch, r)
+			default:
+				break backlog
 			}
 		}
 		p.commit(batch)

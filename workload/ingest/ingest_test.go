@@ -67,7 +67,7 @@ func TestGroupCommitBatchesBySizeAndOrdersAckBeforeHandoff(t *testing.T) {
 	st.gate = make(chan struct{})
 	var mu sync.Mutex
 	var events []string
-	p, err := New(st, Config{BatchSize: 4, BatchWait: time.Hour}, func(rs []history.Result) {
+	p, err := New(st, Config{BatchSize: 4, MaxBatch: 4, BatchWait: time.Hour}, func(rs []history.Result) {
 		mu.Lock()
 		events = append(events, fmt.Sprintf("handoff %d", len(rs)))
 		mu.Unlock()
@@ -183,4 +183,39 @@ func TestReadReceiptsAreBatched(t *testing.T) {
 		t.Fatal("read batch not flushed at its size")
 	}
 	p.Stop(context.Background())
+}
+
+func TestBacklogIsDrainedIntoOneTransaction(t *testing.T) {
+	st, chat := setup(t)
+	st.gate = make(chan struct{})
+	p, _ := New(st, Config{BatchSize: 4, MaxBatch: 10, BatchWait: 50 * time.Millisecond}, nil, nil, Hooks{}, quiet)
+	p.Start()
+	var wg sync.WaitGroup
+	// The first batch of 4 blocks in Commit; 13 more queue up behind it.
+	for i := 0; i < 17; i++ {
+		wg.Add(1)
+		if err := p.Submit(Request{Draft: draft(chat, i), Done: func(history.Result, error) { wg.Done() }}); err != nil {
+			t.Fatal(err)
+		}
+		if i == 3 {
+			eventually(t, func() bool { st.mu.Lock(); defer st.mu.Unlock(); return len(p.in) == 0 })
+		}
+	}
+	close(st.gate)
+	wg.Wait()
+	p.Stop(context.Background())
+	if fmt.Sprint(st.batches) != "[4 10 3]" {
+		t.Fatalf("batches %v, want [4 10 3]: the backlog behind a slow commit is taken up to MaxBatch", st.batches)
+	}
+}
+
+func eventually(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not reached")
+		}
+		time.Sleep(time.Millisecond)
+	}
 }

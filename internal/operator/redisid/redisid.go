@@ -34,6 +34,15 @@ var (
 	ErrSeveralMasters = errors.New("redisid: several masters")
 )
 
+// DiscardClientLogs silences go-redis' own logger, which is global and
+// prints every failed dial; a probe's failure reaches the Messenger's status
+// and the operator's log instead. Call it once from main (and test mains).
+func DiscardClientLogs() { redis.SetLogger(discard{}) }
+
+type discard struct{}
+
+func (discard) Printf(context.Context, string, ...any) {}
+
 // Identity of a Redis master.
 type Identity struct {
 	RunID        string
@@ -104,6 +113,7 @@ func (p Prober) Probe(ctx context.Context, t Target) (Identity, error) {
 func (p Prober) apply(opt *redis.Options) {
 	opt.DialTimeout, opt.ReadTimeout, opt.WriteTimeout = p.timeout(), p.timeout(), p.timeout()
 	opt.MaxRetries = -1
+	opt.DialerRetries = 1
 	opt.PoolSize = 1
 	opt.DisableIdentity = true // no CLIENT SETINFO noise on old servers
 }
@@ -138,7 +148,7 @@ func (p Prober) sentinelMaster(ctx context.Context, addrs []string, name string)
 	for _, a := range addrs {
 		sc := redis.NewSentinelClient(&redis.Options{
 			Addr: a, DialTimeout: p.timeout(), ReadTimeout: p.timeout(), WriteTimeout: p.timeout(),
-			MaxRetries: -1, PoolSize: 1, DisableIdentity: true,
+			MaxRetries: -1, DialerRetries: 1, PoolSize: 1, DisableIdentity: true,
 		})
 		cctx, cancel := context.WithTimeout(ctx, 2*p.timeout())
 		hp, err := sc.GetMasterAddrByName(cctx, name).Result()

@@ -246,7 +246,8 @@ func ConfigHash(m *tetrav1.Messenger, in Inputs) string {
 		PullPolicy corev1.PullPolicy
 		Env        []corev1.EnvVar
 		Secrets    []secretVersion
-	}{Backend(m), Image(m, in.DefaultImage), m.Spec.ImagePullPolicy, Env(m), versions})
+		Hot        int32
+	}{Backend(m), Image(m, in.DefaultImage), m.Spec.ImagePullPolicy, Env(m), versions, m.Spec.Delivery.MaxDeliveryAttempts})
 	if err != nil { // plain structs of strings: cannot happen
 		panic(fmt.Sprintf("render: hash: %v", err))
 	}

@@ -155,6 +155,7 @@ func serverFlags(fs *flag.FlagSet, listen bool) func() (server.Config, error) {
 	fs.IntVar(&cfg.Ingest.QueueSize, "inbound-queue", 8000, "inbound queue; beyond it sends are shed as overloaded")
 	fs.IntVar(&cfg.Ingest.BatchSize, "commit-batch", 36, "group commit: messages per transaction")
 	fs.DurationVar(&cfg.Ingest.BatchWait, "commit-wait", 5*time.Millisecond, "group commit: longest wait to fill a batch")
+	fs.IntVar(&cfg.Ingest.MaxBatch, "commit-max-batch", 288, "group commit: most messages per transaction when a backlog is already queued")
 	fs.IntVar(&cfg.Delivery.FastQueue, "fast-queue", 8000, "fast-path queue; when full, delivery falls back to the poller")
 	fs.IntVar(&cfg.Delivery.Concurrency, "delivery-concurrency", 32, "fast-path delivery workers")
 	fs.IntVar(&cfg.MaxConns, "max-conns", cfg.MaxConns, "WebSocket connections in total")

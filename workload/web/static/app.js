@@ -24,6 +24,31 @@ function el(tag, attrs = {}, ...children) {
   return e;
 }
 
+/**
+ * reconcile makes parent's children the elements of items, in order, reusing
+ * the element cached under each key while its signature is unchanged. Nodes
+ * that did not change stay in place, so a render during a click, a text
+ * selection or a scroll does not disturb it.
+ */
+function reconcile(parent, items, cache) {
+  let prev = null;
+  const next = () => (prev ? prev.nextElementSibling : parent.firstElementChild);
+  for (const { key, sig, build } of items) {
+    let c = cache.get(key);
+    if (!c || c.sig !== sig) {
+      const fresh = build();
+      c?.el.replaceWith(fresh);
+      c = { el: fresh, sig };
+      cache.set(key, c);
+    }
+    if (next() !== c.el) parent.insertBefore(c.el, next());
+    prev = c.el;
+  }
+  while (next()) next().remove();
+}
+const chatEls = new Map(); // chatId -> {el, sig}
+const messageEls = new WeakMap(); // message object (client.js keeps one per message) -> {el, sig}
+
 let client = null;
 let openChat = ''; // chatId of the open chat
 let shown = PAGE; // how many of the open chat's newest messages are rendered
@@ -131,14 +156,16 @@ function showState({ state, retryInMs, reason }) {
   else if (state === State.CONNECTED) $('chat-error').textContent = '';
 }
 
-// Renders are coalesced: a history page of 500 messages is one render.
+// Renders are coalesced: a history page of 500 messages is one render. A
+// timer rather than requestAnimationFrame, which stops in background tabs:
+// their title (the unread count) must stay current.
 function scheduleRender() {
   if (renderQueued) return;
   renderQueued = true;
-  requestAnimationFrame(() => {
+  setTimeout(() => {
     renderQueued = false;
     render();
-  });
+  }, 10);
 }
 
 function render() {
@@ -208,23 +235,31 @@ function renderChats() {
     (a, b) => lastActivity(b.chatId).localeCompare(lastActivity(a.chatId)) || chatTitle(a).localeCompare(chatTitle(b)),
   );
   let total = 0;
-  $('chats').replaceChildren(
-    ...chats.map((chat) => {
-      const n = chat.chatId === openChat && atBottom() ? 0 : unread(chat.chatId);
-      total += n;
-      const last = client.messages(chat.chatId).at(-1);
-      const b = el(
-        'button',
-        { type: 'button', class: 'chat-item', 'data-chat-id': chat.chatId, 'aria-current': chat.chatId === openChat ? 'true' : false },
-        el('span', { class: 'chat-name', dir: 'auto' }, chatTitle(chat)),
-        el('span', { class: 'chat-kind' }, chat.kind),
-        n ? el('span', { class: 'unread', 'data-unread': String(n) }, String(n)) : '',
-        el('span', { class: 'preview', dir: 'auto' }, last ? `${last.senderId}: ${last.body}` : 'no messages yet'),
-      );
-      b.addEventListener('click', () => open(chat.chatId));
-      return el('li', {}, b);
-    }),
-  );
+  const items = chats.map((chat) => {
+    const n = chat.chatId === openChat && atBottom() ? 0 : unread(chat.chatId);
+    total += n;
+    const last = client.messages(chat.chatId).at(-1);
+    const title = chatTitle(chat);
+    const preview = last ? `${last.senderId}: ${last.body}` : 'no messages yet';
+    const current = chat.chatId === openChat;
+    return {
+      key: chat.chatId,
+      sig: JSON.stringify([title, chat.kind, n, preview, current]),
+      build: () => {
+        const b = el(
+          'button',
+          { type: 'button', class: 'chat-item', 'data-chat-id': chat.chatId, 'aria-current': current ? 'true' : false },
+          el('span', { class: 'chat-name', dir: 'auto' }, title),
+          el('span', { class: 'chat-kind' }, chat.kind),
+          n ? el('span', { class: 'unread', 'data-unread': String(n) }, String(n)) : '',
+          el('span', { class: 'preview', dir: 'auto' }, preview),
+        );
+        b.addEventListener('click', () => open(chat.chatId));
+        return el('li', {}, b);
+      },
+    };
+  });
+  reconcile($('chats'), items, chatEls);
   document.title = `${total ? `(${total}) ` : ''}tetra · ${client.user}`;
 }
 
@@ -300,8 +335,17 @@ function renderOpenChat() {
   const box = $('messages');
   const stick = atBottom();
   const before = box.scrollHeight - box.scrollTop;
-  $('message-list').replaceChildren(
-    ...msgs.slice(from).map((m) => renderMessage(m, (m.messageId && readersAt.get(m.messageId)) || [])),
+  reconcile(
+    $('message-list'),
+    msgs.slice(from).map((m) => {
+      const readers = (m.messageId && readersAt.get(m.messageId)) || [];
+      return {
+        key: m,
+        sig: JSON.stringify([m.messageId, m.status, m.error, m.sentAt, readers]),
+        build: () => renderMessage(m, readers),
+      };
+    }),
+    messageEls,
   );
   $('load-older').hidden = from === 0;
   if (stick) box.scrollTop = box.scrollHeight;

@@ -1,0 +1,210 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/tetra-messenger/tetra/workload/history"
+	"github.com/tetra-messenger/tetra/workload/internal/testenv"
+)
+
+// produceRaw writes value to partition of the rig's topic outside any
+// transaction.
+func produceRaw(t testing.TB, r *rig, partition int32, value []byte) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(r.seeds...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if err := cl.ProduceSync(ctxFor(t), &kgo.Record{Topic: r.topic, Partition: partition, Value: value}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// highWatermarks sums the high watermarks of the outbox partitions: every
+// record written, committed or not.
+func highWatermarks(ctx context.Context, r *rig) (int64, error) {
+	var sum int64
+	for p := range r.log.parts {
+		hw, err := r.log.listOffset(ctx, r.topic, p, latest, false)
+		if err != nil {
+			return 0, err
+		}
+		sum += hw
+	}
+	return sum, nil
+}
+
+// TestRelayCrashMidTransaction kills the relay after it produced every
+// record of its second transaction and the advanced cursor, before the
+// commit: the transaction is left open, as a killed process leaves it. A
+// new relay with the same transactional id fences it, aborts the open
+// transaction, resumes from the committed cursor, and the topic read with
+// read_committed holds every (message, member) exactly once.
+func TestRelayCrashMidTransaction(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, nil, 4)
+	first := r.mustCommit(5, "ann", "bob", "cat")
+	var txn atomic.Int32
+	var written int64
+	var hwErr error
+	crashing := r.relay(func(c *RelayConfig) { c.Batch = 5 })
+	crashing.beforeCommit = func(ctx context.Context) error {
+		if txn.Add(1) < 2 {
+			return nil
+		}
+		written, hwErr = highWatermarks(ctx, r)
+		return errCrash
+	}
+	crashing.Start()
+	waitCursor(t, crashing, first[4].Seq, 30*time.Second)
+	second := r.mustCommit(5, "ann", "dan")
+	crashing.Wake()
+	select {
+	case <-crashing.done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the relay did not crash")
+	}
+	// 15 committed records and markers of the first transaction, then 10
+	// records and a cursor of the second, open.
+	if hwErr != nil {
+		t.Fatal(hwErr)
+	}
+	if written < 15+10 {
+		t.Fatalf("the crashed transaction wrote nothing (high watermarks %d)", written)
+	}
+	// Under read_committed only the first transaction shows.
+	r.wantExactlyOnce(first, r.membersOf(first))
+	if t.Failed() {
+		return
+	}
+
+	third := r.mustCommit(3, "bob", "dan")
+	restarted := r.relay()
+	restarted.Start()
+	waitCursor(t, restarted, third[2].Seq, 30*time.Second)
+	all := append(append(first, second...), third...)
+	r.wantExactlyOnce(all, r.membersOf(all))
+}
+
+// TestRelayAbortBeforeCommit: a failure after producing (here injected,
+// in production a broker error) aborts the transaction; the relay retries
+// from its committed cursor and nothing is doubled.
+func TestRelayAbortBeforeCommit(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, nil, 3)
+	msgs := r.mustCommit(4, "ann", "bob")
+	var fails atomic.Int32
+	rl := r.relay(func(c *RelayConfig) { c.Batch = 2 })
+	rl.beforeCommit = func(ctx context.Context) error {
+		if fails.Add(1) <= 2 {
+			return errors.New("injected failure before commit")
+		}
+		return nil
+	}
+	rl.Start()
+	waitCursor(t, rl, msgs[3].Seq, 30*time.Second)
+	if st := rl.Stats(); st.Failures != 2 || st.Transactions != 2 {
+		t.Errorf("stats %+v, want 2 failures and 2 transactions", st)
+	}
+	r.wantExactlyOnce(msgs, r.membersOf(msgs))
+}
+
+// TestRelayZombieIsFenced runs two relays with the same transactional id,
+// as two tetra processes on one topic do. The second fences the first,
+// which stands by while the second makes progress; when the second stops,
+// the first notices that nothing moves and takes over. The topic holds
+// every (message, member) exactly once throughout.
+func TestRelayZombieIsFenced(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, nil, 3)
+	a := r.relay()
+	a.Start()
+	m1 := r.mustCommit(3, "ann", "bob")
+	waitCursor(t, a, m1[2].Seq, 30*time.Second)
+
+	b := r.relay()
+	b.Start()
+	waitFor(t, "the second relay to become active", 30*time.Second, func() bool { return b.Stats().Active })
+	m2 := r.mustCommit(3, "ann", "bob")
+	a.Wake()
+	b.Wake()
+	waitCursor(t, b, m2[2].Seq, 30*time.Second)
+	waitFor(t, "the first relay to be fenced", 30*time.Second, func() bool { return a.Stats().Fenced > 0 })
+
+	if err := b.Stop(ctxFor(t)); err != nil {
+		t.Fatal(err)
+	}
+	m3 := r.mustCommit(2, "ann", "bob")
+	waitCursor(t, a, m3[1].Seq, 30*time.Second)
+	all := append(append(m1, m2...), m3...)
+	r.wantExactlyOnce(all, r.membersOf(all))
+}
+
+// TestRelaySurvivesBrokerOutage cuts every connection to the cluster while
+// messages are committed: history takes them (the commits succeed), the
+// relay fails and retries, and once the cluster is reachable again it
+// catches up with every message exactly once and hands each off once.
+func TestRelaySurvivesBrokerOutage(t *testing.T) {
+	t.Parallel()
+	fk := testenv.NewFakeKafka(t)
+	r := newRig(t, fk.Seeds(), 4)
+	rl := r.relay()
+	rl.Start()
+	before := r.mustCommit(3, "ann", "bob")
+	waitCursor(t, rl, before[2].Seq, 30*time.Second)
+
+	fk.Cut()
+	during := r.mustCommit(10, "ann", "bob", "cat")
+	rl.Wake()
+	waitFor(t, "the relay to notice the outage", 30*time.Second, func() bool { return rl.Stats().Failures > 0 })
+	if c := rl.Stats().Cursor; c >= during[0].Seq {
+		t.Fatalf("cursor %d moved past %d while the brokers were unreachable", c, during[0].Seq)
+	}
+	fk.Restore()
+	after := r.mustCommit(2, "cat", "dan")
+	waitCursor(t, rl, after[1].Seq, 60*time.Second)
+	all := append(append(before, during...), after...)
+	r.wantExactlyOnce(all, r.membersOf(all))
+	r.wantHandedOff(all)
+}
+
+// TestRelaySurvivesBrokerRestart restarts the cluster (from its data
+// directory, on the same ports) between and during relaying.
+func TestRelaySurvivesBrokerRestart(t *testing.T) {
+	t.Parallel()
+	fk := testenv.NewFakeKafka(t)
+	r := newRig(t, fk.Seeds(), 4)
+	rl := r.relay()
+	rl.Start()
+	before := r.mustCommit(4, "ann", "bob")
+	waitCursor(t, rl, before[3].Seq, 30*time.Second)
+
+	during := r.mustCommit(5, "ann", "cat")
+	rl.Wake()
+	fk.Restart()
+	after := r.mustCommit(3, "bob", "dan")
+	rl.Wake()
+	waitCursor(t, rl, after[2].Seq, 60*time.Second)
+	all := append(append(before, during...), after...)
+	r.wantExactlyOnce(all, r.membersOf(all))
+}
+
+// wantHandedOff checks that every message was handed off (the rig's
+// handoff fails the test on a second hand-off).
+func (r *rig) wantHandedOff(msgs []history.Message) {
+	r.t.Helper()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, m := range msgs {
+		if _, ok := r.handed[m.ID]; !ok {
+			r.t.Errorf("message %s never handed off", m.ID)
+		}
+	}
+}

@@ -81,10 +81,11 @@ func TestDemo(t *testing.T) {
 		if err := cfg.CheckDemo(); err != nil {
 			t.Errorf("CheckDemo() with the demo off = %v, want nil", err)
 		}
-		// A server built in process with both keeps the demo off.
-		h := newHarness(t, func(c *server.Config) { c.JWTSecret = "0123456789abcdef0123456789" })
-		if code, _ := call(t, "POST", h.url+"/demo/token", `{"user":"alice"}`); code != http.StatusNotFound {
-			t.Errorf("POST /demo/token with TETRA_JWT_SECRET: %d, want 404", code)
+		// A server built in process with both is refused, naming the conflict.
+		bad := server.DefaultConfig()
+		bad.Demo, bad.JWTSecret, bad.DataDir, bad.Addr = true, "0123456789abcdef0123456789", t.TempDir(), "127.0.0.1:0"
+		if _, err := server.New(t.Context(), bad); !errors.Is(err, server.ErrDemoConflict) {
+			t.Errorf("server.New with --demo and TETRA_JWT_SECRET: %v, want ErrDemoConflict", err)
 		}
 	})
 }

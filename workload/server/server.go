@@ -113,6 +113,9 @@ func DefaultConfig() Config {
 }
 
 func (c *Config) validate() error {
+	if err := c.CheckDemo(); err != nil {
+		return err
+	}
 	if c.MaxConns <= 0 {
 		return fmt.Errorf("server: MaxConns must be > 0, got %d", c.MaxConns)
 	}

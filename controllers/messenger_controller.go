@@ -392,7 +392,7 @@ func (r *MessengerReconciler) observeRedis(ctx context.Context, m *tetrav1.Messe
 		return nil, false
 	}
 	// A different identity: act only when seen twice in a row.
-	if prev, ok := r.getPending(key); false && (!ok || !prev.Same(id)) {
+	if prev, ok := r.getPending(key); !ok || !prev.Same(id) {
 		r.setPending(key, &id)
 		ctrl.LoggerFrom(ctx).Info("redis identity changed; waiting for a second observation", "identity", id.String())
 		return nil, false
@@ -413,7 +413,7 @@ func (r *MessengerReconciler) observeRedis(ctx context.Context, m *tetrav1.Messe
 		m.Status.LastRebuild = &tetrav1.WatermarkRebuild{Time: now, Reason: "RedisFailover", Method: "Endpoint", Epoch: epoch, Pods: int32(acked)}
 		return nil, true
 	}
-	_ = epoch
+	next.RestartEpoch = epoch
 	r.Recorder.Eventf(m, nil, corev1.EventTypeNormal, ReasonRolloutTriggered, "Rollout",
 		"rebuild endpoint not usable (%v): restarting the workload with Redis epoch %d", err, epoch)
 	m.Status.LastRebuild = &tetrav1.WatermarkRebuild{Time: now, Reason: "RedisFailover", Method: "Restart", Epoch: epoch}
@@ -481,9 +481,6 @@ func (r *MessengerReconciler) applyPDB(ctx context.Context, m *tetrav1.Messenger
 // apply server-side applies obj with the operator's field owner. An apply
 // that changes nothing writes nothing: the resourceVersion stays.
 func (r *MessengerReconciler) apply(ctx context.Context, obj client.Object) error {
-	if cm, ok := obj.(*corev1.ConfigMap); ok {
-		cm.Annotations = map[string]string{"break": time.Now().String()}
-	}
 	u, err := toApplyUnstructured(obj)
 	if err != nil {
 		return err

@@ -1,6 +1,7 @@
 package controllers_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -68,9 +69,11 @@ func TestRefusedSpecs(t *testing.T) {
 		{"image pull policy", func(m *tetrav1.Messenger) { m.Spec.ImagePullPolicy = "Sometimes" }, "spec.imagePullPolicy", "Unsupported value"},
 		{"postgresql secret name", func(m *tetrav1.Messenger) { m.Spec.PostgreSQL.SecretRef.Name = "" }, "spec.postgresql.secretRef.name", ""},
 	}
-	for _, c := range cases {
+	for i, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			m := messenger(ns, "bad", c.mutate)
+			// A name per case, so one wrongly accepted spec does not make
+			// the next case fail for the wrong reason.
+			m := messenger(ns, fmt.Sprintf("bad-%d", i), c.mutate)
 			err := k8s.Create(ctx(), m)
 			if err == nil {
 				t.Fatalf("accepted: %+v", m.Spec)

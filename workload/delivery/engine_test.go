@@ -69,7 +69,7 @@ func (c *clock) now() time.Time          { c.mu.Lock(); defer c.mu.Unlock(); ret
 func (c *clock) advance(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }
 
 type rig struct {
-	t      *testing.T
+	t      testing.TB
 	db     *sqlite.DB
 	idx    waterline.Index
 	e      *Engine
@@ -82,7 +82,7 @@ type rig struct {
 // newRig builds an engine over a real SQLite store and the in-process
 // index, not started (the tests drive PollOnce and GCOnce themselves),
 // with a direct chat alice-bob.
-func newRig(t *testing.T, mutate func(*config.Tuning)) *rig {
+func newRig(t testing.TB, mutate func(*config.Tuning)) *rig {
 	t.Helper()
 	ctx := context.Background()
 	db, err := sqlite.Open(ctx, sqlite.DefaultConfig(filepath.Join(t.TempDir(), "t.db")))
@@ -93,7 +93,7 @@ func newRig(t *testing.T, mutate func(*config.Tuning)) *rig {
 	return newRigOn(t, db, mutate)
 }
 
-func newRigOn(t *testing.T, db *sqlite.DB, mutate func(*config.Tuning)) *rig {
+func newRigOn(t testing.TB, db *sqlite.DB, mutate func(*config.Tuning)) *rig {
 	t.Helper()
 	ctx := context.Background()
 	clk := &clock{t: time.Now()}

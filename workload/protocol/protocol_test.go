@@ -141,3 +141,22 @@ func FuzzDecodeClient(f *testing.F) {
 		}
 	})
 }
+
+func BenchmarkDecodeSend(b *testing.B) {
+	frame := []byte(`{"type":"send","chatId":"c_01M8P9XTTE1RN63NE9BG3K7S55","correlationId":"k-123456","body":"hello there, how are you doing today?"}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := DecodeClient(frame, DefaultMaxBody); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkEncodeMessage(b *testing.B) {
+	m := Message{Type: TypeMessage, MessageID: "01M8P9XTTE1RN63NE9BG3K7S55", CorrelationID: "k-123456",
+		ChatID: "c_01M8P9XTTE1RN63NE9BG3K7S55", SenderID: "alice", Body: "hello there, how are you doing today?"}
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = Encode(m)
+	}
+}

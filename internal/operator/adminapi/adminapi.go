@@ -39,7 +39,7 @@ func MintAdminToken(secret []byte, now time.Time) (string, error) {
 	}
 	claims := jwt.MapClaims{
 		"sub":   "admin",
-		"scope": "user",
+		"scope": "admin",
 		"iat":   now.Unix(),
 		"exp":   now.Add(TokenTTL).Unix(),
 	}

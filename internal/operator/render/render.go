@@ -246,8 +246,7 @@ func ConfigHash(m *tetrav1.Messenger, in Inputs) string {
 		PullPolicy corev1.PullPolicy
 		Env        []corev1.EnvVar
 		Secrets    []secretVersion
-		Hot        int32
-	}{Backend(m), Image(m, in.DefaultImage), m.Spec.ImagePullPolicy, Env(m), versions, m.Spec.Delivery.MaxDeliveryAttempts})
+	}{Backend(m), Image(m, in.DefaultImage), m.Spec.ImagePullPolicy, Env(m), versions})
 	if err != nil { // plain structs of strings: cannot happen
 		panic(fmt.Sprintf("render: hash: %v", err))
 	}

@@ -180,12 +180,25 @@ func (e *Engine) Rebuild(ctx context.Context, reason string) error {
 	if err := e.idx.Reset(ctx); err != nil {
 		return fmt.Errorf("delivery: rebuild: reset index: %w", err)
 	}
+	// Between the reset and the restore this process's connections pin
+	// nothing; a hold at the bottom of every partition keeps another
+	// process's GC (sharing a Redis index) from deleting their rows
+	// meanwhile. Released when the rebuild is done.
+	rebuildHolder := e.cfg.Holder + "-rebuild"
 	for _, p := range e.partitions {
+		if err := e.idx.Hold(ctx, rebuildHolder, p, 0, e.cfg.HoldTTL); err != nil {
+			return fmt.Errorf("delivery: rebuild: hold: %w", err)
+		}
 		pos := e.scanPos[p].Load()
 		if err := e.idx.Hold(ctx, e.cfg.Holder, p, pos+1, e.cfg.HoldTTL); err != nil {
 			return fmt.Errorf("delivery: rebuild: hold: %w", err)
 		}
 	}
+	defer func() {
+		for _, p := range e.partitions {
+			_ = e.idx.Hold(context.WithoutCancel(ctx), rebuildHolder, p, -1, e.cfg.HoldTTL)
+		}
+	}()
 	e.mu.RLock()
 	ms := make([]*Member, 0, len(e.byID))
 	for _, m := range e.byID {

@@ -236,14 +236,17 @@ func (s *Server) openStores(ctx context.Context) error {
 		if strings.HasPrefix(store, "sqlite://") {
 			path = strings.TrimPrefix(store, "sqlite://")
 		}
-		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-			return fmt.Errorf("server: create the data directory for %s: %w", path, err)
+		unlock, err := lockDataDir(filepath.Dir(path))
+		if err != nil {
+			return err
 		}
 		db, err := sqlite.Open(ctx, sqlite.DefaultConfig(path))
 		if err != nil {
+			unlock()
 			return fmt.Errorf("server: open the SQLite store at %s: %w", path, err)
 		}
-		s.store, s.outbox, s.closer, s.storeKind = db, db, db.Close, "sqlite"
+		s.store, s.outbox, s.storeKind = db, db, "sqlite"
+		s.closer = func() error { return errors.Join(db.Close(), unlock()) }
 	case strings.HasPrefix(store, "postgres://") || strings.HasPrefix(store, "postgresql://"):
 		db, err := postgres.Open(ctx, postgres.DefaultConfig(store))
 		if err != nil {

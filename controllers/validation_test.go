@@ -2,12 +2,16 @@ package controllers_test
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	tetrav1 "github.com/tetra-messenger/tetra/api/v1alpha1"
 )
@@ -103,5 +107,36 @@ func TestRefusedSpecs(t *testing.T) {
 		if err := k8s.Create(ctx(), m); err != nil {
 			t.Errorf("valid spec %d refused: %v", i, err)
 		}
+	}
+}
+
+// TestSamplesAreAccepted: the samples in config/samples pass the API
+// server's validation (server-side dry run).
+func TestSamplesAreAccepted(t *testing.T) {
+	needEnv(t)
+	t.Parallel()
+	ns := newNamespace(t)
+	files, err := filepath.Glob(filepath.Join("..", "config", "samples", "tetra_v1alpha1_messenger_*.yaml"))
+	if err != nil || len(files) < 2 {
+		t.Fatalf("samples %v %v", files, err)
+	}
+	backends := map[tetrav1.Backend]bool{}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m tetrav1.Messenger
+		if err := yaml.UnmarshalStrict(b, &m); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		m.Namespace = ns
+		if err := k8s.Create(ctx(), &m, client.DryRunAll); err != nil {
+			t.Errorf("%s refused: %v", filepath.Base(f), err)
+		}
+		backends[m.Spec.Backend] = true
+	}
+	if !backends[tetrav1.BackendPostgres] || !backends[tetrav1.BackendKafka] {
+		t.Errorf("samples cover %v, want both backends", backends)
 	}
 }

@@ -90,8 +90,10 @@ type SentinelAddress string
 // RedisSpec is the waterline index.
 type RedisSpec struct {
 	// SecretRef points at the Redis URL (redis:// or rediss://, with
-	// credentials and database). With Sentinel the URL supplies the
-	// credentials, database and TLS; the host comes from the Sentinels.
+	// credentials and database), which the pods get as TETRA_INDEX. With
+	// Sentinel the pods get TETRA_INDEX=sentinel and the addresses, and the
+	// URL supplies credentials, database and TLS to the operator's probe
+	// only (its host is ignored).
 	SecretRef URLSecretRef `json:"secretRef"`
 	// Sentinel, when set, finds the master through Redis Sentinel.
 	// +optional

@@ -56,6 +56,15 @@ type Config struct {
 	Progress io.Writer
 	// Logger for the in-process server and diagnostics; default discards.
 	Logger *slog.Logger
+	// StuckShare is the share of clients (0..1) that acknowledge nothing
+	// (client.Config.ManualAck, never Ack): the server must withdraw them,
+	// and they must still find every message in history at the end.
+	StuckShare float64
+	// SlowShare is the share of clients that acknowledge each message
+	// SlowAckDelay after receiving it.
+	SlowShare float64
+	// SlowAckDelay is the ack delay of the slow clients, default 2 s.
+	SlowAckDelay time.Duration
 }
 
 // DefaultConfig is the issue's acceptance run: 200 clients in pairs at
@@ -79,6 +88,13 @@ func (c *Config) validate() error {
 		return fmt.Errorf("body bytes must be >= 24 (the timestamp it carries), got %d", c.BodyBytes)
 	case c.URL != "" && c.Secret == "":
 		return errors.New("a run against --url needs the server's TETRA_JWT_SECRET to mint tokens")
+	case c.StuckShare < 0 || c.SlowShare < 0 || c.StuckShare+c.SlowShare > 1:
+		return fmt.Errorf("stuck share (%v) and slow share (%v) must be >= 0 and sum to at most 1", c.StuckShare, c.SlowShare)
+	case c.SlowAckDelay < 0:
+		return fmt.Errorf("slow ack delay must be >= 0, got %v", c.SlowAckDelay)
+	}
+	if c.SlowAckDelay == 0 {
+		c.SlowAckDelay = 2 * time.Second
 	}
 	if c.Drain <= 0 {
 		c.Drain = 30 * time.Second
@@ -116,6 +132,10 @@ type Report struct {
 	ServerPeakRSS      int64 // bytes; 0 when unknown
 	ServerCPUSeconds   float64
 	Withdrawals        map[string]int64
+	StuckClients       int     // clients that never acked (Config.StuckShare)
+	SlowClients        int     // clients that acked late (Config.SlowShare)
+	StuckResynced      int64   // pairs of stuck recipients found only by their final history resync
+	HealthyPerAcc      float64 // DeliveriesPerAcc over the recipients that are not stuck
 }
 
 // OK reports whether the run lost nothing.
@@ -148,6 +168,11 @@ func (r *Report) String() string {
 	if len(r.Withdrawals) > 0 {
 		p("withdrawals", r.Withdrawals)
 	}
+	if r.StuckClients > 0 || r.SlowClients > 0 {
+		p("stuck / slow clients", fmt.Sprintf("%d / %d", r.StuckClients, r.SlowClients))
+		p("stuck resynced at end", r.StuckResynced)
+		p("healthy deliv./acc.", fmt.Sprintf("%.3f", r.HealthyPerAcc))
+	}
 	if r.ServerPeakRSS > 0 {
 		p("server peak RSS", fmt.Sprintf("%.1f MiB", float64(r.ServerPeakRSS)/(1<<20)))
 		p("server CPU", fmt.Sprintf("%.1f s", r.ServerCPUSeconds))
@@ -165,8 +190,17 @@ type accepted struct {
 	sender int
 }
 
+type memberKind int
+
+const (
+	normalClient memberKind = iota
+	slowClient
+	stuckClient
+)
+
 type member struct {
 	idx  int
+	kind memberKind
 	user string
 	c    *client.Client
 	chat string
@@ -228,7 +262,7 @@ func (r *run) connect(ctx context.Context) error {
 	signer := r.target.signer()
 	r.members = make([]*member, n)
 	for i := 0; i < n; i++ {
-		m := &member{idx: i, user: fmt.Sprintf("lg-%05d", i), got: map[string]struct{}{}}
+		m := &member{idx: i, kind: kindOf(i, r.cfg.StuckShare, r.cfg.SlowShare), user: fmt.Sprintf("lg-%05d", i), got: map[string]struct{}{}}
 		tok, err := signer.Issue(m.user, 0)
 		if err != nil {
 			return err
@@ -237,6 +271,7 @@ func (r *run) connect(ctx context.Context) error {
 			URL: r.target.url(), Token: tok,
 			OnMessage:  func(msg protocol.Message) { r.onMessage(m, msg) },
 			BackoffMin: 50 * time.Millisecond, BackoffMax: 2 * time.Second,
+			ManualAck: m.kind != normalClient,
 		})
 		if err != nil {
 			return err
@@ -285,7 +320,27 @@ func (r *run) connect(ctx context.Context) error {
 	return nil
 }
 
+// kindOf spreads the stuck and slow clients evenly over the indexes: client
+// i is stuck when the running count of stuck clients, share x index, steps
+// up at i (likewise slow, over the shares summed).
+func kindOf(i int, stuck, slow float64) memberKind {
+	step := func(share float64) bool {
+		return share > 0 && int(float64(i+1)*share) > int(float64(i)*share)
+	}
+	switch {
+	case step(stuck):
+		return stuckClient
+	case step(stuck + slow):
+		return slowClient
+	}
+	return normalClient
+}
+
 func (r *run) onMessage(m *member, msg protocol.Message) {
+	if m.kind == slowClient {
+		id := msg.MessageID
+		time.AfterFunc(r.cfg.SlowAckDelay, func() { _ = m.c.Ack(id) })
+	}
 	m.mu.Lock()
 	m.got[msg.MessageID] = struct{}{}
 	m.mu.Unlock()
@@ -381,7 +436,7 @@ func (r *run) drive(ctx context.Context) *Report {
 	// Drain: wait until every expected pair was reported, then for the
 	// outbox to empty.
 	deadline := time.Now().Add(cfg.Drain)
-	for time.Now().Before(deadline) && r.missing() > 0 {
+	for time.Now().Before(deadline) && r.missing(false) > 0 {
 		time.Sleep(100 * time.Millisecond)
 	}
 	for time.Now().Before(deadline) {
@@ -391,11 +446,36 @@ func (r *run) drive(ctx context.Context) *Report {
 		time.Sleep(200 * time.Millisecond)
 	}
 	close(progressDone)
-	return r.report(ctx, sendPhase)
+	resynced := r.resyncStuck(ctx)
+	rep := r.report(ctx, sendPhase)
+	rep.StuckResynced = resynced
+	return rep
 }
 
-// missing counts expected pairs not reported yet.
-func (r *run) missing() int64 {
+// resyncStuck makes every stuck client do its final resync: it reads its
+// chat's whole history (as a client reopened after the run would) and
+// reports what it had not seen. It returns the pairs found that way.
+func (r *run) resyncStuck(ctx context.Context) int64 {
+	var n int64
+	for _, m := range r.members {
+		if m.kind != stuckClient || m.chat == "" {
+			continue
+		}
+		for id := range r.history(ctx, m) {
+			m.mu.Lock()
+			if _, ok := m.got[id]; !ok {
+				m.got[id] = struct{}{}
+				n++
+			}
+			m.mu.Unlock()
+		}
+	}
+	return n
+}
+
+// missing counts expected pairs not reported yet, to stuck recipients too
+// when withStuck.
+func (r *run) missing(withStuck bool) int64 {
 	r.accMu.Lock()
 	acc := make(map[string]accepted, len(r.acc))
 	for k, v := range r.acc {
@@ -409,6 +489,9 @@ func (r *run) missing() int64 {
 				continue
 			}
 			m := r.members[i]
+			if m.kind == stuckClient && !withStuck {
+				continue
+			}
 			m.mu.Lock()
 			_, ok := m.got[id]
 			m.mu.Unlock()
@@ -495,14 +578,34 @@ func (r *run) report(ctx context.Context, sendPhase time.Duration) *Report {
 			}
 		}
 	}
+	var healthyFrames, healthyExpected int64
 	for _, m := range r.members {
 		st := m.c.Stats()
 		rep.Frames += st.MessageFrames
 		rep.Duplicates += st.DuplicateFrames
 		rep.Reconnects += st.Reconnects
+		switch m.kind {
+		case stuckClient:
+			rep.StuckClients++
+		case slowClient:
+			rep.SlowClients++
+		}
+		if m.kind != stuckClient {
+			healthyFrames += st.MessageFrames
+		}
+	}
+	for _, a := range acc {
+		for _, i := range r.chats[a.chat] {
+			if i != a.sender && r.members[i].kind != stuckClient {
+				healthyExpected++
+			}
+		}
 	}
 	if rep.Expected > 0 {
 		rep.DeliveriesPerAcc = float64(rep.Frames) / float64(rep.Expected)
+	}
+	if healthyExpected > 0 {
+		rep.HealthyPerAcc = float64(healthyFrames) / float64(healthyExpected)
 	}
 	r.latMu.Lock()
 	lat := r.lat

@@ -55,7 +55,8 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /ws", s.handleWS)
 	mux.HandleFunc("GET /admin/stats", s.adminOnly(s.handleAdminStats))
 	mux.HandleFunc("POST /admin/rebuild", s.adminOnly(s.handleAdminRebuild))
-	s.webRoutes(mux) // browser client and demo endpoints (webui.go)
+	s.adminPageRoutes(mux) // operator page and GET /admin/series (admin_page.go)
+	s.webRoutes(mux)       // browser client and demo endpoints (webui.go)
 	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, protocol.CodeNotFound, "no such endpoint: "+r.Method+" "+r.URL.Path)
 	})

@@ -199,15 +199,20 @@ func Env(m *tetrav1.Messenger) []corev1.EnvVar {
 		{Name: "TETRA_JWT_SECRET", ValueFrom: fromSecret(m.Spec.JWT.SecretRef.Name, SecretKey(m.Spec.JWT.SecretRef.Key, DefaultJWTKey))},
 	}
 	if r := m.Spec.Redis; r != nil {
-		env = append(env, corev1.EnvVar{Name: "TETRA_INDEX", ValueFrom: fromSecret(r.SecretRef.Name, SecretKey(r.SecretRef.Key, DefaultURLKey))})
 		if s := r.Sentinel; s != nil {
+			// The workload's Sentinel mode: --index sentinel with the
+			// addresses and master name. (It takes no credentials from a
+			// URL there; the Secret's URL serves the operator's probe.)
 			addrs := make([]string, len(s.Addresses))
 			for i, a := range s.Addresses {
 				addrs[i] = string(a)
 			}
 			env = append(env,
+				corev1.EnvVar{Name: "TETRA_INDEX", Value: "sentinel"},
 				corev1.EnvVar{Name: "TETRA_INDEX_SENTINEL_ADDRS", Value: strings.Join(addrs, ",")},
 				corev1.EnvVar{Name: "TETRA_INDEX_SENTINEL_MASTER", Value: s.MasterName})
+		} else {
+			env = append(env, corev1.EnvVar{Name: "TETRA_INDEX", ValueFrom: fromSecret(r.SecretRef.Name, SecretKey(r.SecretRef.Key, DefaultURLKey))})
 		}
 	}
 	if Backend(m) == tetrav1.BackendKafka && m.Spec.Kafka != nil {

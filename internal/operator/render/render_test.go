@@ -182,8 +182,8 @@ func TestRenderKafkaRedisSentinelReplicas(t *testing.T) {
 	if e["TETRA_OUTBOX"].Value != "kafka://k1:9092,k2:9092/tetra-outbox" {
 		t.Errorf("TETRA_OUTBOX=%q", e["TETRA_OUTBOX"].Value)
 	}
-	if got := secretRef(t, e["TETRA_INDEX"]); got != "redis/uri" {
-		t.Errorf("TETRA_INDEX from %s", got)
+	if e["TETRA_INDEX"].Value != "sentinel" || e["TETRA_INDEX"].ValueFrom != nil {
+		t.Errorf("TETRA_INDEX with Sentinel: %+v", e["TETRA_INDEX"])
 	}
 	if e["TETRA_INDEX_SENTINEL_ADDRS"].Value != "s1:26379,s2:26379" || e["TETRA_INDEX_SENTINEL_MASTER"].Value != "mymaster" {
 		t.Errorf("sentinel env %v %v", e["TETRA_INDEX_SENTINEL_ADDRS"], e["TETRA_INDEX_SENTINEL_MASTER"])
@@ -196,6 +196,11 @@ func TestRenderKafkaRedisSentinelReplicas(t *testing.T) {
 	}
 	if got := render.SecretNames(m); !reflect.DeepEqual(got, []string{"jwt", "pg", "redis"}) {
 		t.Errorf("SecretNames %v", got)
+	}
+	// Without Sentinel the index URL comes from the Secret.
+	m.Spec.Redis.Sentinel = nil
+	if got := secretRef(t, env(mustRender(t, m, inputs()).Deployment)["TETRA_INDEX"]); got != "redis/uri" {
+		t.Errorf("TETRA_INDEX from %s", got)
 	}
 }
 

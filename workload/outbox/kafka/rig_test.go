@@ -35,10 +35,10 @@ type rig struct {
 	logger *slog.Logger
 
 	mu      sync.Mutex
-	chats   map[string]string                // sorted recipients -> chat id
-	waiters map[string]chan history.Result   // message id -> its handoff
-	handed  map[string][]history.Delivery    // message id -> deliveries handed off
-	onHand  func(rs []history.Result)        // extra handoff (the engine), when set
+	chats   map[string]string              // sorted recipients -> chat id
+	waiters map[string]chan history.Result // message id -> its handoff
+	handed  map[string][]history.Delivery  // message id -> deliveries handed off
+	onHand  func(rs []history.Result)      // extra handoff (the engine), when set
 }
 
 // newRig opens a store and a log with parts partitions on seeds (a fresh

@@ -1,0 +1,448 @@
+// Package crash_test kills and restarts a real `tetra serve` child process
+// under load and reconciles every accepted message afterwards (issue 7).
+package crash_test
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tetra-messenger/tetra/workload/auth"
+	"github.com/tetra-messenger/tetra/workload/client"
+	"github.com/tetra-messenger/tetra/workload/protocol"
+)
+
+var (
+	buildOnce sync.Once
+	buildDir  string
+	buildBin  string
+	buildErr  error
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if buildDir != "" {
+		os.RemoveAll(buildDir)
+	}
+	os.Exit(code)
+}
+
+// tetraBinary builds workload/cmd/tetra once per test binary run.
+func tetraBinary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		buildDir, buildErr = os.MkdirTemp("", "tetra-crash-bin-")
+		if buildErr != nil {
+			return
+		}
+		buildBin = filepath.Join(buildDir, "tetra")
+		cmd := exec.Command("go", "build", "-o", buildBin, "github.com/tetra-messenger/tetra/workload/cmd/tetra")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return buildBin
+}
+
+// proc is the `tetra serve` child; start/kill/term it any number of times
+// on the same data, secret and address.
+type proc struct {
+	t      *testing.T
+	bin    string
+	addr   string
+	args   []string
+	env    []string
+	logDir string
+	runs   int
+
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{}
+	err  error
+}
+
+func newProc(t *testing.T, addr, secret string, extra ...string) *proc {
+	p := &proc{t: t, bin: tetraBinary(t), addr: addr, logDir: t.TempDir(),
+		args: append([]string{"serve", "--addr", addr, "--log-level", "info",
+			"--ping-interval", "1s", "--ping-timeout", "2s", "--poll-interval", "20ms", "--gc-interval", "100ms",
+			"--lease", "3s", "--max-conns-per-user", "8"}, extra...),
+		env: append(os.Environ(), "TETRA_JWT_SECRET="+secret)}
+	t.Cleanup(func() {
+		p.mu.Lock()
+		cmd, done := p.cmd, p.done
+		p.mu.Unlock()
+		if cmd != nil {
+			_ = cmd.Process.Kill()
+			<-done
+		}
+		if t.Failed() {
+			for i := 1; i <= p.runs; i++ {
+				b, _ := os.ReadFile(p.logPath(i))
+				if len(b) > 4000 {
+					b = b[len(b)-4000:]
+				}
+				t.Logf("server log of run %d (tail):\n%s", i, b)
+			}
+		}
+	})
+	return p
+}
+
+func (p *proc) logPath(run int) string {
+	return filepath.Join(p.logDir, fmt.Sprintf("run-%d.log", run))
+}
+
+// start launches the child and waits for /healthz.
+func (p *proc) start() {
+	p.t.Helper()
+	p.runs++
+	logf, err := os.Create(p.logPath(p.runs))
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	cmd := exec.Command(p.bin, p.args...)
+	cmd.Env = p.env
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		p.t.Fatal(err)
+	}
+	done := make(chan struct{})
+	p.mu.Lock()
+	p.cmd, p.done = cmd, done
+	p.mu.Unlock()
+	go func() {
+		err := cmd.Wait()
+		logf.Close()
+		p.mu.Lock()
+		p.err = err
+		p.mu.Unlock()
+		close(done)
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		resp, err := http.Get("http://" + p.addr + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		select {
+		case <-done:
+			b, _ := os.ReadFile(p.logPath(p.runs))
+			p.t.Fatalf("tetra serve exited at start (run %d): %v\n%s", p.runs, p.err, b)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	p.t.Fatalf("tetra serve not healthy within 30 s (run %d)", p.runs)
+}
+
+// signal sends sig and waits for the exit; it returns how long that took
+// and the exit error.
+func (p *proc) signal(sig os.Signal, timeout time.Duration) (time.Duration, error) {
+	p.t.Helper()
+	p.mu.Lock()
+	cmd, done := p.cmd, p.done
+	p.mu.Unlock()
+	t0 := time.Now()
+	if err := cmd.Process.Signal(sig); err != nil {
+		p.t.Fatal(err)
+	}
+	select {
+	case <-done:
+	case <-time.After(timeout):
+		_ = cmd.Process.Kill()
+		<-done
+		p.t.Fatalf("tetra serve did not exit within %s of %v", timeout, sig)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cmd = nil
+	return time.Since(t0), p.err
+}
+
+func (p *proc) kill() { p.signal(syscall.SIGKILL, 10*time.Second) }
+
+// ---- load and reconciliation ----
+
+type sent struct {
+	corr, messageID, chatID, sender string
+}
+
+// load is pairs of Go clients sending to each other with explicit
+// correlation ids, retrying until accepted.
+type load struct {
+	t      *testing.T
+	url    string
+	signer *auth.Signer
+	users  []*user
+	chats  map[string][2]*user // chatId -> pair
+
+	mu       sync.Mutex
+	accepted map[string]sent // corr -> answer
+	closes   map[int]int     // close code -> count
+	mismatch []string
+
+	stop context.CancelFunc
+	wg   sync.WaitGroup
+}
+
+type user struct {
+	name string
+	c    *client.Client
+	chat string
+	peer *user
+	mu   sync.Mutex
+	got  map[string]protocol.Message // OnMessage, by messageId
+	dups int
+	next int
+}
+
+func newLoad(t *testing.T, url, secret string, pairs int) *load {
+	t.Helper()
+	s, err := auth.NewSigner([]byte(secret))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &load{t: t, url: url, signer: s, chats: map[string][2]*user{}, accepted: map[string]sent{}, closes: map[int]int{}}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	tag := fmt.Sprintf("%04x", rand.IntN(1<<16))
+	for i := range pairs {
+		a := &user{name: fmt.Sprintf("u%s-%d-a", tag, i), got: map[string]protocol.Message{}}
+		b := &user{name: fmt.Sprintf("u%s-%d-b", tag, i), got: map[string]protocol.Message{}}
+		a.peer, b.peer = b, a
+		for _, u := range []*user{a, b} {
+			u := u
+			tok, _ := s.Issue(u.name, 0)
+			c, err := client.Dial(ctx, client.Config{URL: url, Token: tok,
+				BackoffMin: 50 * time.Millisecond, BackoffMax: 400 * time.Millisecond,
+				OnMessage: func(m protocol.Message) {
+					u.mu.Lock()
+					if _, dup := u.got[m.MessageID]; dup {
+						u.dups++ // the client must report each messageId once
+					}
+					u.got[m.MessageID] = m
+					u.mu.Unlock()
+				},
+				OnState: func(sc client.StateChange) {
+					if sc.CloseCode != 0 {
+						l.mu.Lock()
+						l.closes[sc.CloseCode]++
+						l.mu.Unlock()
+					}
+				},
+			})
+			if err != nil {
+				t.Fatalf("dial %s: %v", u.name, err)
+			}
+			t.Cleanup(func() { c.Close() })
+			u.c = c
+			l.users = append(l.users, u)
+		}
+		chat, err := a.c.CreateDirect(ctx, b.name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.chat, b.chat = chat.ChatID, chat.ChatID
+		l.chats[chat.ChatID] = [2]*user{a, b}
+	}
+	return l
+}
+
+// run starts every user sending one message per interval until stopped;
+// each send retries (same correlationId) until accepted.
+func (l *load) run(interval time.Duration) {
+	ctx, cancel := context.WithCancel(context.Background())
+	l.stop = cancel
+	for _, u := range l.users {
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			tick := time.NewTicker(interval)
+			defer tick.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-tick.C:
+				}
+				u.next++
+				corr := fmt.Sprintf("%s-%d", u.name, u.next)
+				l.sendUntilAccepted(u, corr)
+			}
+		}()
+	}
+}
+
+// sendUntilAccepted sends corr until accepted (the client retries across
+// reconnects; a context timeout retries again with the same key). It is
+// not cancelled by stop: a message whose send began is driven to the end.
+func (l *load) sendUntilAccepted(u *user, corr string) {
+	body := "body of " + corr
+	deadline := time.Now().Add(45 * time.Second)
+	for time.Now().Before(deadline) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		acc, err := u.c.SendWithID(ctx, u.chat, corr, body)
+		cancel()
+		if err == nil {
+			l.record(sent{corr: corr, messageID: acc.MessageID, chatID: u.chat, sender: u.name})
+			return
+		}
+		if client.CodeOf(err) != "" {
+			l.t.Errorf("send %s refused: %v", corr, err)
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	l.t.Errorf("send %s never accepted", corr)
+}
+
+func (l *load) record(s sent) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if prev, ok := l.accepted[s.corr]; ok && prev.messageID != s.messageID {
+		l.mismatch = append(l.mismatch, fmt.Sprintf("%s: accepted as %s and as %s", s.corr, prev.messageID, s.messageID))
+	}
+	l.accepted[s.corr] = s
+}
+
+// resendSome sends n already accepted correlation ids again: each must be
+// answered with its original messageId (idempotency across restarts).
+func (l *load) resendSome(n int) {
+	l.mu.Lock()
+	var some []sent
+	for _, s := range l.accepted {
+		if len(some) == n {
+			break
+		}
+		some = append(some, s)
+	}
+	l.mu.Unlock()
+	byName := map[string]*user{}
+	for _, u := range l.users {
+		byName[u.name] = u
+	}
+	for _, s := range some {
+		l.sendUntilAccepted(byName[s.sender], s.corr)
+	}
+}
+
+// finish stops the load and waits for every started send to be accepted.
+func (l *load) finish() {
+	l.stop()
+	l.wg.Wait()
+}
+
+// reconcile checks, after a final sync: history holds every accepted
+// message exactly once (one row per correlationId, with the accepted
+// messageId) and nothing else; every recipient's OnMessage set equals the
+// messages its peer sent.
+func (l *load) reconcile() {
+	t := l.t
+	t.Helper()
+	l.mu.Lock()
+	accepted := maps.Clone(l.accepted)
+	mismatch := slices.Clone(l.mismatch)
+	closes := maps.Clone(l.closes)
+	l.mu.Unlock()
+	for _, m := range mismatch {
+		t.Errorf("idempotency broken: %s", m)
+	}
+	byCorr := map[string]int{}
+	total := 0
+	for chatID, pair := range l.chats {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		since := ""
+		for {
+			page, more, err := pair[0].c.History(ctx, chatID, since, 500)
+			if err != nil {
+				t.Fatalf("history of %s: %v", chatID, err)
+			}
+			for _, m := range page {
+				total++
+				byCorr[m.SenderID+"\x00"+m.CorrelationID]++
+				s, ok := accepted[m.CorrelationID]
+				switch {
+				case !ok:
+					t.Errorf("history holds %s (corr %s) that nobody saw accepted", m.MessageID, m.CorrelationID)
+				case s.messageID != m.MessageID || s.chatID != chatID:
+					t.Errorf("history has corr %s as %s in %s; accepted as %s in %s", m.CorrelationID, m.MessageID, chatID, s.messageID, s.chatID)
+				}
+			}
+			if !more || len(page) == 0 {
+				break
+			}
+			since = page[len(page)-1].MessageID
+		}
+		cancel()
+	}
+	for k, n := range byCorr {
+		if n != 1 {
+			t.Errorf("correlationId %q stored %d times", k, n)
+		}
+	}
+	for corr, s := range accepted {
+		if byCorr[s.sender+"\x00"+corr] == 0 {
+			t.Errorf("LOST: %s (corr %s) was accepted but is not in history", s.messageID, corr)
+		}
+	}
+	if total != len(accepted) {
+		t.Errorf("history holds %d messages, %d were accepted", total, len(accepted))
+	}
+	// Recipients: OnMessage equals what the peer sent, after a final sync.
+	want := map[string][]string{}
+	for _, s := range accepted {
+		for _, u := range l.chats[s.chatID] {
+			if u.name != s.sender {
+				want[u.name] = append(want[u.name], s.messageID)
+			}
+		}
+	}
+	deadline := time.Now().Add(25 * time.Second)
+	for _, u := range l.users {
+		slices.Sort(want[u.name])
+		for {
+			u.mu.Lock()
+			got := make([]string, 0, len(u.got))
+			for id := range u.got {
+				got = append(got, id)
+			}
+			dups := u.dups
+			u.mu.Unlock()
+			slices.Sort(got)
+			if slices.Equal(got, want[u.name]) {
+				if dups != 0 {
+					t.Errorf("%s: OnMessage reported %d messageIds twice", u.name, dups)
+				}
+				break
+			}
+			if time.Now().After(deadline) {
+				missing := 0
+				for _, id := range want[u.name] {
+					if _, ok := slices.BinarySearch(got, id); !ok {
+						missing++
+					}
+				}
+				t.Errorf("%s received %d messages, want %d (%d missing)", u.name, len(got), len(want[u.name]), missing)
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	t.Logf("reconciled: %d accepted, %d in history, close codes seen %v", len(accepted), total, closes)
+}

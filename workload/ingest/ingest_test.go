@@ -125,7 +125,7 @@ func TestFullQueueShedsAndFailedCommitAnswersEverySend(t *testing.T) {
 	st, chat := setup(t)
 	st.gate = make(chan struct{})
 	st.fail = true
-	p, _ := New(st, Config{QueueSize: 2, BatchSize: 1, BatchWait: time.Millisecond}, nil, nil, Hooks{}, quiet)
+	p, _ := New(st, Config{QueueSize: 2, BatchSize: 1, MaxBatch: 1, BatchWait: time.Millisecond}, nil, nil, Hooks{}, quiet)
 	p.Start()
 	var wg sync.WaitGroup
 	var mu sync.Mutex

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -42,6 +44,9 @@ const (
 	ReasonRedisFailoverDetected     = "RedisFailoverDetected"
 	ReasonWatermarkRebuildRequested = "WatermarkRebuildRequested"
 	ReasonSecretMissing             = "SecretMissing"
+	// ReasonNameConflict: a child's name is taken by an object this
+	// Messenger does not control; the operator leaves it alone.
+	ReasonNameConflict = "NameConflict"
 )
 
 // Condition reasons.
@@ -56,7 +61,18 @@ const (
 	reasonRedisUnreachable = "RedisUnreachable"
 	reasonRedisNoMaster    = "RedisNoMaster"
 	reasonRedisSeveral     = "RedisSeveralMasters"
+	reasonApplyFailed      = "ApplyFailed"
+	reasonInvalidName      = "InvalidName"
 )
+
+// conflictRequeue is how soon a Messenger whose child names are taken is
+// looked at again: the foreign object carries no label the cache sees, so
+// its removal wakes nothing.
+const conflictRequeue = 30 * time.Second
+
+// conflictRequeueQuiet is how soon a reconcile whose status patch lost an
+// optimistic-lock race runs again (status writes wake nothing).
+const conflictRequeueQuiet = 200 * time.Millisecond
 
 // secretIndex is the field index of Messengers by referenced Secret name.
 const secretIndex = ".spec.secretRefs"
@@ -168,6 +184,21 @@ func (r *MessengerReconciler) pollAfter() time.Duration {
 // Reconcile brings one Messenger's children to the rendered state and, when
 // it has Redis, probes the Redis identity.
 func (r *MessengerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	res, err := r.reconcile(ctx, req)
+	if err != nil {
+		if apierrors.IsConflict(err) {
+			// A stale cached Messenger lost the optimistic lock of a
+			// status patch: not a failure, just run again on fresh data.
+			ctrl.LoggerFrom(ctx).V(1).Info("status patch conflict; requeueing", "error", err.Error())
+			return ctrl.Result{RequeueAfter: conflictRequeueQuiet}, nil
+		}
+		// Never RequeueAfter and an error together.
+		return ctrl.Result{}, err
+	}
+	return res, nil
+}
+
+func (r *MessengerReconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	var m tetrav1.Messenger
 	if err := r.Get(ctx, req.NamespacedName, &m); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -183,6 +214,14 @@ func (r *MessengerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 		r.setPending(req.NamespacedName, nil)
 		setCondition(&m, tetrav1.ConditionProgressing, metav1.ConditionFalse, reasonPaused,
 			"reconciliation paused by the "+tetrav1.PausedAnnotation+" annotation")
+		return ctrl.Result{}, r.patchStatus(ctx, orig, &m)
+	}
+
+	// The schema refuses such names; this guards CRDs installed before it.
+	if msg := invalidName(m.Name); msg != "" {
+		setCondition(&m, tetrav1.ConditionDegraded, metav1.ConditionTrue, reasonInvalidName, msg)
+		setCondition(&m, tetrav1.ConditionReady, metav1.ConditionFalse, reasonInvalidName, msg)
+		m.Status.ObservedGeneration = gen
 		return ctrl.Result{}, r.patchStatus(ctx, orig, &m)
 	}
 
@@ -241,18 +280,57 @@ func (r *MessengerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 		return result, r.patchStatus(ctx, orig, &m)
 	}
 
+	// Children whose names are taken by objects this Messenger does not
+	// control are never applied: a forced apply would take them over.
+	children := []client.Object{objs.ConfigMap, objs.Service, objs.Deployment}
+	if objs.PDB != nil {
+		children = append(children, objs.PDB)
+	}
+	var conflicts []string
+	for _, o := range children {
+		foreign, err := r.foreign(ctx, &m, o)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		if foreign != "" {
+			conflicts = append(conflicts, foreign)
+		}
+	}
+	if len(conflicts) > 0 {
+		msg := joinMissing(conflicts) + " already exist and are not controlled by this Messenger: rename or delete them; the operator leaves them untouched"
+		r.Recorder.Eventf(&m, nil, corev1.EventTypeWarning, ReasonNameConflict, "Reconcile", msg)
+		setCondition(&m, tetrav1.ConditionDegraded, metav1.ConditionTrue, ReasonNameConflict, msg)
+		setCondition(&m, tetrav1.ConditionReady, metav1.ConditionFalse, ReasonNameConflict, msg)
+		m.Status.ObservedGeneration = gen
+		if err := r.patchStatus(ctx, orig, &m); err != nil {
+			return ctrl.Result{}, err
+		}
+		return ctrl.Result{RequeueAfter: conflictRequeue}, nil
+	}
+
 	var live appsv1.Deployment
 	liveErr := r.Get(ctx, client.ObjectKeyFromObject(objs.Deployment), &live)
 	if liveErr != nil && !apierrors.IsNotFound(liveErr) {
 		return ctrl.Result{}, liveErr
 	}
-	for _, o := range []client.Object{objs.ConfigMap, objs.Service, objs.Deployment} {
-		if err := r.apply(ctx, o); err != nil {
-			return ctrl.Result{}, fmt.Errorf("apply %s %s: %w", o.GetObjectKind().GroupVersionKind().Kind, o.GetName(), err)
+	applyErr := func() error {
+		for _, o := range []client.Object{objs.ConfigMap, objs.Service, objs.Deployment} {
+			if err := r.apply(ctx, o); err != nil {
+				return fmt.Errorf("apply %s %s: %w", o.GetObjectKind().GroupVersionKind().Kind, o.GetName(), err)
+			}
 		}
-	}
-	if err := r.applyPDB(ctx, &m, objs.PDB); err != nil {
-		return ctrl.Result{}, err
+		return r.applyPDB(ctx, &m, objs.PDB)
+	}()
+	if applyErr != nil {
+		// Say so in the status, and still return the error for a retry
+		// with backoff.
+		setCondition(&m, tetrav1.ConditionDegraded, metav1.ConditionTrue, reasonApplyFailed, applyErr.Error())
+		setCondition(&m, tetrav1.ConditionReady, metav1.ConditionFalse, reasonApplyFailed, applyErr.Error())
+		m.Status.ObservedGeneration = gen
+		if err := r.patchStatus(ctx, orig, &m); err != nil && !apierrors.IsConflict(err) {
+			return ctrl.Result{}, errors.Join(applyErr, err)
+		}
+		return ctrl.Result{}, applyErr
 	}
 	// A change of the config hash rolls the pods; say so. (A restart for a
 	// Redis failover was announced in observeRedis, where it was decided.)
@@ -451,6 +529,53 @@ func (r *MessengerReconciler) setPending(k types.NamespacedName, id *redisid.Ide
 		r.pending = map[types.NamespacedName]redisid.Identity{}
 	}
 	r.pending[k] = *id
+}
+
+// invalidName says why name cannot name a Messenger's children ("" when
+// it can): it is their instance label (63 bytes at most) and the name of
+// the Service (a DNS-1035 label).
+func invalidName(name string) string {
+	if errs := validation.IsDNS1035Label(name); len(errs) > 0 {
+		return fmt.Sprintf("name %q cannot name the Service and label the children: %s", name, strings.Join(errs, "; "))
+	}
+	return ""
+}
+
+// foreign reads the live object of a rendered child and describes it when
+// it exists and is not controlled by m ("" when absent or ours). The cache
+// holds only objects labelled as the operator's, so a miss is confirmed by
+// a direct read of the object's metadata.
+func (r *MessengerReconciler) foreign(ctx context.Context, m *tetrav1.Messenger, obj client.Object) (string, error) {
+	gvk := obj.GetObjectKind().GroupVersionKind()
+	key := client.ObjectKeyFromObject(obj)
+	var owner metav1.Object
+	live, err := r.Scheme.New(gvk)
+	if err != nil {
+		return "", fmt.Errorf("new %s: %w", gvk.Kind, err)
+	}
+	lo := live.(client.Object)
+	err = r.Get(ctx, key, lo)
+	switch {
+	case err == nil:
+		owner = lo
+	case apierrors.IsNotFound(err):
+		pm := &metav1.PartialObjectMetadata{}
+		pm.SetGroupVersionKind(gvk)
+		err = r.APIReader.Get(ctx, key, pm)
+		if apierrors.IsNotFound(err) {
+			return "", nil
+		}
+		if err != nil {
+			return "", fmt.Errorf("read %s %s: %w", gvk.Kind, key.Name, err)
+		}
+		owner = pm
+	default:
+		return "", fmt.Errorf("read %s %s: %w", gvk.Kind, key.Name, err)
+	}
+	if metav1.IsControlledBy(owner, m) {
+		return "", nil
+	}
+	return fmt.Sprintf("%s %q", gvk.Kind, key.Name), nil
 }
 
 // applyPDB applies the PDB, or deletes ours when none is wanted.

@@ -34,14 +34,16 @@ const (
 // URLSecretRef names the key of a Secret, in the Messenger's namespace,
 // that holds a connection URL.
 type URLSecretRef struct {
-	// Name of the Secret.
+	// Name of the Secret (a DNS-1123 subdomain).
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
 	Name string `json:"name"`
 	// Key inside the Secret. Default "url".
 	// +kubebuilder:default=url
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[-._a-zA-Z0-9]+$`
 	// +optional
 	Key string `json:"key,omitempty"`
 }
@@ -49,14 +51,16 @@ type URLSecretRef struct {
 // JWTSecretRef names the key of a Secret, in the Messenger's namespace,
 // that holds the token-signing secret.
 type JWTSecretRef struct {
-	// Name of the Secret.
+	// Name of the Secret (a DNS-1123 subdomain).
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
 	Name string `json:"name"`
 	// Key inside the Secret. Default "secret".
 	// +kubebuilder:default=secret
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[-._a-zA-Z0-9]+$`
 	// +optional
 	Key string `json:"key,omitempty"`
 }
@@ -394,8 +398,13 @@ type MessengerStatus struct {
 	LastRebuild *WatermarkRebuild `json:"lastRebuild,omitempty"`
 }
 
-// Messenger is a tetra messenger deployment.
+// Messenger is a tetra messenger deployment. Its name is that of its
+// Deployment, Service and PDB and the value of its children's
+// app.kubernetes.io/instance label, so it must be a DNS-1035 label of at
+// most 63 characters (the tuning ConfigMap, <name>-tuning, then fits too).
 // +kubebuilder:object:root=true
+// +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 63",message="metadata.name must be at most 63 characters: it names the Service and Deployment and is a label value"
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name must be a DNS-1035 label (lower-case letters, digits and '-', starting with a letter): it names the Service"
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:shortName=msgr;msgrs,categories=tetra
 // +kubebuilder:printcolumn:name="Backend",type=string,JSONPath=`.spec.backend`

@@ -456,12 +456,21 @@ func (r *run) drive(ctx context.Context) *Report {
 // chat's whole history (as a client reopened after the run would) and
 // reports what it had not seen. It returns the pairs found that way.
 func (r *run) resyncStuck(ctx context.Context) int64 {
+	r.accMu.Lock()
+	acc := make(map[string]accepted, len(r.acc))
+	for k, v := range r.acc {
+		acc[k] = v
+	}
+	r.accMu.Unlock()
 	var n int64
 	for _, m := range r.members {
 		if m.kind != stuckClient || m.chat == "" {
 			continue
 		}
 		for id := range r.history(ctx, m) {
+			if a, ok := acc[id]; !ok || a.sender == m.idx || a.chat != m.chat {
+				continue // its own send, or one never answered accepted
+			}
 			m.mu.Lock()
 			if _, ok := m.got[id]; !ok {
 				m.got[id] = struct{}{}

@@ -107,6 +107,9 @@ func startChild(ctx context.Context, cfg Config, dir string) (target, error) {
 	if cfg.Server.Store != "" {
 		args = append(args, "--store", cfg.Server.Store)
 	}
+	if cfg.Server.Outbox != "" {
+		args = append(args, "--outbox", cfg.Server.Outbox)
+	}
 	if cfg.Server.Index != "" {
 		args = append(args, "--index", cfg.Server.Index)
 	}

@@ -83,6 +83,35 @@ func backends(t *testing.T) []backend {
 			}
 			return startServer(t, cfg)
 		}},
+		// Kafka mode: history in the relational store, the outbox in a
+		// topic of its own (kfake over TCP, or TETRA_TEST_KAFKA) fed by
+		// the relay.
+		{name: "sqlite+kafka", start: func(t *testing.T, mutate func(*server.Config)) *server.Server {
+			t.Helper()
+			cfg := server.DefaultConfig()
+			cfg.Addr = "127.0.0.1:0"
+			cfg.DataDir = t.TempDir()
+			cfg.Store = "sqlite"
+			cfg.Outbox = testenv.KafkaURL(t)
+			cfg.Index = "memory"
+			if mutate != nil {
+				mutate(&cfg)
+			}
+			return startServer(t, cfg)
+		}},
+		{name: "postgres+kafka+redis", start: func(t *testing.T, mutate func(*server.Config)) *server.Server {
+			t.Helper()
+			cfg := server.DefaultConfig()
+			cfg.Addr = "127.0.0.1:0"
+			cfg.DataDir = t.TempDir()
+			cfg.Store = testenv.Postgres(t)
+			cfg.Outbox = testenv.KafkaURL(t)
+			cfg.Index, cfg.IndexPrefix = testenv.Redis(t)
+			if mutate != nil {
+				mutate(&cfg)
+			}
+			return startServer(t, cfg)
+		}},
 	}
 }
 

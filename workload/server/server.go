@@ -21,6 +21,7 @@ import (
 	"github.com/tetra-messenger/tetra/workload/ingest"
 	"github.com/tetra-messenger/tetra/workload/metrics"
 	"github.com/tetra-messenger/tetra/workload/outbox"
+	"github.com/tetra-messenger/tetra/workload/outbox/kafka"
 	"github.com/tetra-messenger/tetra/workload/protocol"
 	"github.com/tetra-messenger/tetra/workload/store/postgres"
 	"github.com/tetra-messenger/tetra/workload/store/sqlite"
@@ -40,6 +41,13 @@ type Config struct {
 	// DataDir, "sqlite:///abs/path.db" for another file,
 	// "postgres://user:pass@host:5432/db" for PostgreSQL.
 	Store string
+	// Outbox selects where the outbox lives: "" keeps it in the store (one
+	// partition, written in the history transaction);
+	// "kafka://host:port[,host:port]/topic" puts it in a Kafka topic
+	// partitioned by recipient, fed from history by a relay (see
+	// docs/kafka.md and package outbox/kafka for the query parameters).
+	// The store then writes history only.
+	Outbox string
 	// Index selects the waterline index: "" or "memory" for in process,
 	// "redis://host:6379/0" (or rediss://, with a password in the URL) for
 	// Redis, "sentinel" with IndexSentinelAddrs and IndexSentinelMaster.
@@ -144,12 +152,18 @@ type Server struct {
 	tuning atomic.Pointer[config.Tuning]
 	signer *auth.Signer
 
-	store     history.Store
-	outbox    outbox.Log
-	index     waterline.Index
-	closer    func() error
-	storeKind string
-	indexKind string
+	store      history.Store
+	outbox     outbox.Log
+	index      waterline.Index
+	closer     func() error
+	storeKind  string
+	indexKind  string
+	outboxKind string
+	// Kafka mode: the topic log, the history feed the relay follows, and
+	// the relay (built in New, started in Start, stopped in stop).
+	kafkaLog *kafka.Log
+	feed     history.Feed
+	relay    *kafka.Relay
 
 	pipeline *ingest.Pipeline
 	engine   *delivery.Engine
@@ -217,7 +231,18 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		s.closer()
 		return nil, err
 	}
-	s.pipeline, err = ingest.New(s.store, cfg.Ingest, s.engine.Handoff, s.broadcastReads, ingest.Hooks{
+	handoff := s.engine.Handoff
+	if s.kafkaLog != nil {
+		// The relay hands committed records to the fast path; a commit
+		// only wakes it (its results name no outbox rows).
+		s.relay, err = kafka.NewRelay(s.kafkaLog, s.feed, kafka.RelayConfig{Handoff: s.engine.Handoff, Logger: log})
+		if err != nil {
+			s.closer()
+			return nil, err
+		}
+		handoff = func([]history.Result) { s.relay.Wake() }
+	}
+	s.pipeline, err = ingest.New(s.store, cfg.Ingest, handoff, s.broadcastReads, ingest.Hooks{
 		Committed: s.metrics.Committed,
 		Failed:    func(int, error) { s.metrics.CommitFailed() },
 	}, log)
@@ -230,6 +255,18 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 
 func (s *Server) openStores(ctx context.Context) error {
 	store := s.cfg.Store
+	kafkaMode := s.cfg.Outbox != ""
+	if kafkaMode && !strings.HasPrefix(s.cfg.Outbox, "kafka://") {
+		return fmt.Errorf("server: --outbox %q: supported: \"\" (in the store, default) or kafka://host:port[,host:port]/topic", redact(s.cfg.Outbox))
+	}
+	var kcfg kafka.Config
+	if kafkaMode {
+		var err error
+		if kcfg, err = kafka.ParseURL(s.cfg.Outbox); err != nil {
+			return fmt.Errorf("server: --outbox: %w", err)
+		}
+		kcfg.Logger = s.log
+	}
 	switch {
 	case store == "" || store == "sqlite" || strings.HasPrefix(store, "sqlite://"):
 		path := filepath.Join(s.cfg.DataDir, "tetra.db")
@@ -240,21 +277,36 @@ func (s *Server) openStores(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		db, err := sqlite.Open(ctx, sqlite.DefaultConfig(path))
+		scfg := sqlite.DefaultConfig(path)
+		scfg.Outbox = !kafkaMode
+		db, err := sqlite.Open(ctx, scfg)
 		if err != nil {
 			unlock()
 			return fmt.Errorf("server: open the SQLite store at %s: %w", path, err)
 		}
-		s.store, s.outbox, s.storeKind = db, db, "sqlite"
+		s.store, s.outbox, s.storeKind, s.feed = db, db, "sqlite", db
 		s.closer = func() error { return errors.Join(db.Close(), unlock()) }
 	case strings.HasPrefix(store, "postgres://") || strings.HasPrefix(store, "postgresql://"):
-		db, err := postgres.Open(ctx, postgres.DefaultConfig(store))
+		pcfg := postgres.DefaultConfig(store)
+		pcfg.Outbox = !kafkaMode
+		db, err := postgres.Open(ctx, pcfg)
 		if err != nil {
 			return fmt.Errorf("server: PostgreSQL store unreachable or unusable at %s: %w", redact(store), err)
 		}
-		s.store, s.outbox, s.closer, s.storeKind = db, db, db.Close, "postgres"
+		s.store, s.outbox, s.closer, s.storeKind, s.feed = db, db, db.Close, "postgres", db
 	default:
 		return fmt.Errorf("server: --store %q: supported: sqlite (default, in --data), sqlite:///path.db, postgres://user@host:5432/db", redact(store))
+	}
+	s.outboxKind = s.storeKind
+	if kafkaMode {
+		klog, err := kafka.Open(ctx, kcfg)
+		if err != nil {
+			s.closer()
+			return fmt.Errorf("server: Kafka outbox unreachable or unusable at %s: %w", kcfg.URL(), err)
+		}
+		closeDB := s.closer
+		s.outbox, s.kafkaLog, s.outboxKind = klog, klog, "kafka"
+		s.closer = func() error { return errors.Join(klog.Close(), closeDB()) }
 	}
 	closeStore := s.closer
 	switch idx := s.cfg.Index; {
@@ -321,6 +373,9 @@ func (s *Server) Engine() *delivery.Engine { return s.engine }
 // Outbox exposes the outbox log (for tests and the load generator).
 func (s *Server) Outbox() outbox.Log { return s.outbox }
 
+// Relay exposes the Kafka relay; nil unless the outbox is Kafka.
+func (s *Server) Relay() *kafka.Relay { return s.relay }
+
 // Store exposes the history store.
 func (s *Server) Store() history.Store { return s.store }
 
@@ -332,6 +387,9 @@ func (s *Server) Start(ctx context.Context) error {
 		return err
 	}
 	s.pipeline.Start()
+	if s.relay != nil {
+		s.relay.Start()
+	}
 	bgctx, cancel := context.WithCancel(context.Background())
 	s.bgCancel = cancel
 	s.bg.Add(1)
@@ -360,7 +418,7 @@ func (s *Server) Start(ctx context.Context) error {
 			s.log.Error("http server stopped", "err", err)
 		}
 	}()
-	s.log.Info("tetra serving", "addr", ln.Addr().String(), "store", s.storeKind, "index", s.indexKind)
+	s.log.Info("tetra serving", "addr", ln.Addr().String(), "store", s.storeKind, "outbox", s.outboxKind, "index", s.indexKind)
 	return nil
 }
 
@@ -403,6 +461,13 @@ func (s *Server) stop(ctx context.Context) error {
 	}
 	if err := s.pipeline.Stop(ctx); err != nil {
 		errs = append(errs, err)
+	}
+	if s.relay != nil {
+		// After the pipeline. What it has not relayed yet stays in
+		// history; the next start relays it from the committed cursor.
+		if err := s.relay.Stop(ctx); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	s.engine.CloseAll(protocol.CloseGoingAway, "server shutting down")
 	done := make(chan struct{})

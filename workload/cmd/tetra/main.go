@@ -131,6 +131,7 @@ func serverFlags(fs *flag.FlagSet, listen bool) func() (server.Config, error) {
 		fs.StringVar(&cfg.DataDir, "data", cfg.DataDir, "data directory (SQLite database, persisted token secret)")
 	}
 	fs.StringVar(&cfg.Store, "store", "", `history and outbox store: "" (SQLite in --data), sqlite:///path.db, or postgres://user:pass@host:5432/db`)
+	fs.StringVar(&cfg.Outbox, "outbox", "", `outbox: "" (in the store) or kafka://host:port[,host:port]/topic (a Kafka topic fed from history by a relay; see docs/kafka.md)`)
 	fs.StringVar(&cfg.Index, "index", "", `waterline index: "" or memory (in process), redis://host:6379/0, or sentinel`)
 	fs.StringVar(&cfg.IndexPrefix, "index-prefix", "tetra:", "prefix of every Redis key")
 	fs.StringVar(&cfg.IndexOwner, "index-owner", "", "this process's name in the Redis index, stable across its restarts (default: the hostname)")

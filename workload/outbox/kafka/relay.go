@@ -263,7 +263,8 @@ func (r *Relay) session() (progressed bool, err error) {
 	if err != nil {
 		return false, fmt.Errorf("kafka: relay client: %w", err)
 	}
-	defer cl.Close()
+	closeClient := sync.OnceFunc(cl.Close)
+	defer closeClient()
 
 	ctx, cancel := context.WithTimeout(r.killCtx, r.cfg.TransactionTimeout)
 	_, _, err = cl.ProducerID(ctx)
@@ -285,7 +286,7 @@ func (r *Relay) session() (progressed bool, err error) {
 		r.logger.Info("outbox relay active; no cursor committed yet, relaying history from the beginning", "topic", lc.Topic, "cursorTopic", lc.CursorTopic)
 	}
 	for {
-		n, err := r.pass(cl)
+		n, err := r.pass(cl, closeClient)
 		if err != nil {
 			return progressed, err
 		}
@@ -305,8 +306,8 @@ func (r *Relay) session() (progressed bool, err error) {
 }
 
 // pass relays the next batch of history in one transaction and returns
-// how many messages it relayed.
-func (r *Relay) pass(cl *kgo.Client) (int, error) {
+// how many messages it relayed. closeClient ends the session's client.
+func (r *Relay) pass(cl *kgo.Client, closeClient func()) (int, error) {
 	lc := r.log.cfg
 	hctx, cancel := context.WithTimeout(r.killCtx, r.cfg.StoreTimeout)
 	items, err := r.feed.HistoryAfter(hctx, r.cursor.Load(), r.cfg.Batch)
@@ -341,7 +342,7 @@ func (r *Relay) pass(cl *kgo.Client) (int, error) {
 	if err := cl.BeginTransaction(); err != nil {
 		return 0, fmt.Errorf("kafka: relay: begin transaction: %w", err)
 	}
-	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+	if err := produce(ctx, cl, closeClient, recs); err != nil {
 		return 0, r.abort(cl, fmt.Errorf("kafka: relay: produce %d records: %w", len(recs), err))
 	}
 	if r.beforeCommit != nil {
@@ -374,6 +375,25 @@ func (r *Relay) pass(cl *kgo.Client) (int, error) {
 		r.cfg.Handoff(results)
 	}
 	return len(items), nil
+}
+
+// produce writes recs and waits for every acknowledgement. An idempotent
+// producer does not give up on records it may have sent, so with the
+// brokers unreachable ProduceSync can wait past any deadline; when ctx
+// ends first, produce closes the client (failing every buffered record)
+// and the session ends. The next session's producer id initialization
+// fences this producer and aborts what it left open.
+func produce(ctx context.Context, cl *kgo.Client, closeClient func(), recs []*kgo.Record) error {
+	done := make(chan error, 1)
+	go func() { done <- cl.ProduceSync(ctx, recs...).FirstErr() }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		closeClient()
+		<-done
+		return fmt.Errorf("no acknowledgement in time; closed the producer: %w", ctx.Err())
+	}
 }
 
 // abort tries to abort the open transaction and returns err, joined with

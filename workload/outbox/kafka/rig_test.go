@@ -219,14 +219,14 @@ func (r *rig) appendVia(rl *Relay) func(ctx context.Context, recipients []string
 	}
 }
 
-type delivery struct{ message, recipient string }
+type pair struct{ message, recipient string }
 
 // topicContents reads every partition of the log from its start under
 // read_committed and counts each (message, recipient), checking that every
 // record sits in its recipient's partition.
-func (r *rig) topicContents() map[delivery]int {
+func (r *rig) topicContents() map[pair]int {
 	r.t.Helper()
-	got := map[delivery]int{}
+	got := map[pair]int{}
 	ps, _ := r.log.Partitions(context.Background())
 	for _, p := range ps {
 		after := int64(-1)
@@ -242,7 +242,7 @@ func (r *rig) topicContents() map[delivery]int {
 				if want := r.log.PartitionOf(row.Recipient); want != p {
 					r.t.Errorf("record for %s in partition %d, PartitionOf says %d", row.Recipient, p, want)
 				}
-				got[delivery{row.Message.ID, row.Recipient}]++
+				got[pair{row.Message.ID, row.Recipient}]++
 				after = row.Pos
 			}
 		}
@@ -260,14 +260,14 @@ func (r *rig) wantExactlyOnce(msgs []history.Message, members map[string][]strin
 	for _, m := range msgs {
 		for _, u := range members[m.ChatID] {
 			want++
-			switch n := got[delivery{m.ID, u}]; n {
+			switch n := got[pair{m.ID, u}]; n {
 			case 1:
 			case 0:
 				r.t.Errorf("message %s (Seq %d) has no record for %s", m.ID, m.Seq, u)
 			default:
 				r.t.Errorf("message %s (Seq %d) has %d records for %s", m.ID, m.Seq, n, u)
 			}
-			delete(got, delivery{m.ID, u})
+			delete(got, pair{m.ID, u})
 		}
 	}
 	for d, n := range got {

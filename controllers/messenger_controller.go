@@ -549,7 +549,7 @@ func (r *MessengerReconciler) foreign(ctx context.Context, m *tetrav1.Messenger,
 	gvk := obj.GetObjectKind().GroupVersionKind()
 	key := client.ObjectKeyFromObject(obj)
 	var owner metav1.Object
-	live, err := r.Scheme.New(gvk)
+	live, err := r.Client.Scheme().New(gvk)
 	if err != nil {
 		return "", fmt.Errorf("new %s: %w", gvk.Kind, err)
 	}

@@ -671,3 +671,54 @@ func TestRedisPromotionFallsBackToRestart(t *testing.T) {
 		t.Fatal("a reconcile after the restart wrote the Deployment again")
 	}
 }
+
+// TestForeignObjectsAreNotAdopted: children whose names are taken by
+// objects the Messenger did not create are left alone (no forced apply,
+// no ownerReference), and the Messenger says so.
+func TestForeignObjectsAreNotAdopted(t *testing.T) {
+	needEnv(t)
+	t.Parallel()
+	ns := newNamespace(t)
+	baseSecrets(t, ns)
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "victim-tuning"}, Data: map[string]string{"user": "data"}}
+	if err := k8s.Create(ctx(), cm); err != nil {
+		t.Fatal(err)
+	}
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "victim"}, Spec: corev1.ServiceSpec{
+		Selector: map[string]string{"app": "other"}, Ports: []corev1.ServicePort{{Name: "http", Port: 80}},
+	}}
+	if err := k8s.Create(ctx(), svc); err != nil {
+		t.Fatal(err)
+	}
+	create(t, messenger(ns, "victim"))
+
+	waitFor(t, wait, "Degraded NameConflict", func() (bool, string) {
+		m := msgr(t, ns, "victim")
+		c := meta.FindStatusCondition(m.Status.Conditions, tetrav1.ConditionDegraded)
+		r := meta.FindStatusCondition(m.Status.Conditions, tetrav1.ConditionReady)
+		return c != nil && c.Status == metav1.ConditionTrue && c.Reason == controllers.ReasonNameConflict &&
+			strings.Contains(c.Message, `ConfigMap "victim-tuning"`) && strings.Contains(c.Message, `Service "victim"`) &&
+			r != nil && r.Status == metav1.ConditionFalse && m.Status.ObservedGeneration == m.Generation, fmt.Sprintf("%+v", m.Status)
+	})
+	if ev := waitEvent(t, ns, controllers.ReasonNameConflict); ev.Type != corev1.EventTypeWarning {
+		t.Errorf("event %+v", ev)
+	}
+	// Give a wrongly adopting reconcile time to run, then look.
+	time.Sleep(time.Second)
+	gotCM, _ := get(t, &corev1.ConfigMap{}, ns, "victim-tuning")
+	if len(gotCM.Data) != 1 || gotCM.Data["user"] != "data" || len(gotCM.OwnerReferences) != 0 || len(gotCM.Labels) != 0 {
+		t.Fatalf("user ConfigMap touched: data %v owners %v labels %v", gotCM.Data, gotCM.OwnerReferences, gotCM.Labels)
+	}
+	gotSvc, _ := get(t, &corev1.Service{}, ns, "victim")
+	if len(gotSvc.Spec.Selector) != 1 || gotSvc.Spec.Selector["app"] != "other" || len(gotSvc.OwnerReferences) != 0 || len(gotSvc.Labels) != 0 {
+		t.Fatalf("user Service touched: selector %v owners %v labels %v", gotSvc.Spec.Selector, gotSvc.OwnerReferences, gotSvc.Labels)
+	}
+	for _, mf := range gotSvc.ManagedFields {
+		if mf.Manager == controllers.FieldOwner {
+			t.Fatalf("operator owns fields of the user Service: %+v", mf)
+		}
+	}
+	if _, ok := deployment(t, ns, "victim"); ok {
+		t.Fatal("a Deployment rendered beside a name conflict")
+	}
+}

@@ -72,6 +72,19 @@ func TestRefusedSpecs(t *testing.T) {
 		}, "spec.redis.sentinel.addresses", ""},
 		{"image pull policy", func(m *tetrav1.Messenger) { m.Spec.ImagePullPolicy = "Sometimes" }, "spec.imagePullPolicy", "Unsupported value"},
 		{"postgresql secret name", func(m *tetrav1.Messenger) { m.Spec.PostgreSQL.SecretRef.Name = "" }, "spec.postgresql.secretRef.name", ""},
+		{"postgresql secret name not a DNS subdomain", func(m *tetrav1.Messenger) { m.Spec.PostgreSQL.SecretRef.Name = "Bad_Name" }, "spec.postgresql.secretRef.name", "should match"},
+		{"jwt secret name trailing dot", func(m *tetrav1.Messenger) { m.Spec.JWT.SecretRef.Name = "jwt." }, "spec.jwt.secretRef.name", "should match"},
+		{"redis secret name too long", func(m *tetrav1.Messenger) {
+			m.Spec.Redis = &tetrav1.RedisSpec{SecretRef: tetrav1.URLSecretRef{Name: strings.Repeat("a", 254)}}
+		}, "spec.redis.secretRef.name", ""},
+		{"postgresql secret key with a slash", func(m *tetrav1.Messenger) { m.Spec.PostgreSQL.SecretRef.Key = "a/b" }, "spec.postgresql.secretRef.key", "should match"},
+		{"jwt secret key with a space", func(m *tetrav1.Messenger) { m.Spec.JWT.SecretRef.Key = "my key" }, "spec.jwt.secretRef.key", "should match"},
+		{"redis secret key too long", func(m *tetrav1.Messenger) {
+			m.Spec.Redis = &tetrav1.RedisSpec{SecretRef: tetrav1.URLSecretRef{Name: "redis", Key: strings.Repeat("k", 254)}}
+		}, "spec.redis.secretRef.key", ""},
+		// The name is the children's instance label and the Service's name.
+		{"name too long", func(m *tetrav1.Messenger) { m.Name = strings.Repeat("a", 64) }, "metadata.name", "at most 63 characters"},
+		{"name with a dot", func(m *tetrav1.Messenger) { m.Name = "chat.v2" }, "metadata.name", "DNS-1035 label"},
 	}
 	for i, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -100,6 +113,10 @@ func TestRefusedSpecs(t *testing.T) {
 		},
 		func(m *tetrav1.Messenger) { m.Spec.Delivery.ReconnectGrace, m.Spec.Delivery.GCGrace = d("0s"), d("0s") },
 		func(m *tetrav1.Messenger) { m.Spec.Replicas = ptrTo(int32(0)) },
+		func(m *tetrav1.Messenger) {
+			m.Spec.PostgreSQL.SecretRef = tetrav1.URLSecretRef{Name: "pg.v2", Key: "DB_url-2.x"}
+			m.Spec.JWT.SecretRef = tetrav1.JWTSecretRef{Name: strings.Repeat("j", 253), Key: "_jwt"}
+		},
 	}
 	for i, f := range ok {
 		m := messenger(ns, "good", f)

@@ -38,7 +38,7 @@ func TestCrashSQLiteKill9(t *testing.T) {
 	addr := FreeAddr(t)
 	p := newProc(t, addr, secret, "--data", t.TempDir())
 	p.start()
-	l := newLoad(t, "http://"+addr, secret, 12)
+	l := newLoad(t, "http://"+addr, secret, 10)
 	l.run(80 * time.Millisecond)
 	killLoop(t, p, l, 4, 16*time.Second, nil)
 	time.Sleep(time.Second)
@@ -47,8 +47,9 @@ func TestCrashSQLiteKill9(t *testing.T) {
 }
 
 // PostgreSQL + Redis: SIGKILLs, the test's Redis keys deleted under load
-// (a FLUSHDB of this test's prefix only: the Redis is shared), and
-// PostgreSQL made unreachable for 2 s through a TCP proxy.
+// (a FLUSHDB of this test's prefix only: the Redis is shared), PostgreSQL
+// and then Redis made unreachable for 2 s each through TCP proxies (the
+// shared servers are never stopped).
 func TestCrashPostgresRedis(t *testing.T) {
 	pgURL := Postgres(t)
 	redisURL, prefix := Redis(t)
@@ -64,10 +65,16 @@ func TestCrashPostgresRedis(t *testing.T) {
 	}
 	rc := redis.NewClient(opt)
 	defer rc.Close()
+	redisProxy := NewProxy(t, opt.Addr) // the server reaches Redis through it
+	ru, err := url.Parse(redisURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ru.Host = redisProxy.Addr()
 
 	addr := FreeAddr(t)
 	p := newProc(t, addr, secret, "--data", t.TempDir(), "--store", u.String(),
-		"--index", redisURL, "--index-prefix", prefix, "--index-owner", "crash-"+prefix)
+		"--index", ru.String(), "--index-prefix", prefix, "--index-owner", "crash-"+prefix)
 	p.start()
 	l := newLoad(t, "http://"+addr, secret, 10)
 	l.run(80 * time.Millisecond)
@@ -81,6 +88,10 @@ func TestCrashPostgresRedis(t *testing.T) {
 	time.Sleep(2 * time.Second)
 	proxy.Restore()
 	time.Sleep(1500 * time.Millisecond)
+	redisProxy.Cut() // Redis unreachable under load (a killed Redis, seen from tetra)
+	time.Sleep(2 * time.Second)
+	redisProxy.Restore()
+	time.Sleep(time.Second)
 
 	killLoop(t, p, l, 2, 6*time.Second, func(i int) {
 		if i == 0 { // the index lost while the process is down, too

@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // Kafka returns seed broker addresses and an outbox topic name unique to
@@ -122,6 +123,16 @@ func (f *FakeKafka) Seeds() []string {
 		out = append(out, fmt.Sprintf("127.0.0.1:%d", p))
 	}
 	return out
+}
+
+// ControlKey intercepts the next request with key (kmsg.EndTxn, ...); see
+// kfake.Cluster.ControlKey. fn returns handled false to let the request
+// through untouched (and stay installed).
+func (f *FakeKafka) ControlKey(key int16, fn func(kmsg.Request) (kmsg.Response, error, bool)) {
+	f.mu.Lock()
+	c := f.c
+	f.mu.Unlock()
+	c.ControlKey(key, fn)
 }
 
 // Cut drops every connection and refuses new ones until Restore.

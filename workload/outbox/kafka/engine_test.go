@@ -36,10 +36,13 @@ func (c *fakeConn) Close(int, string) {}
 func (c *fakeConn) count() int        { c.mu.Lock(); defer c.mu.Unlock(); return c.frames }
 
 // usersOnDistinctPartitions returns n user ids in n different partitions.
-func usersOnDistinctPartitions(l *Log, n int, prefix string) []string {
+func usersOnDistinctPartitions(t testing.TB, l *Log, n int, prefix string) []string {
 	seen := map[int32]bool{}
 	var out []string
 	for i := 0; len(out) < n; i++ {
+		if i == 10_000 {
+			t.Fatalf("PartitionOf put 10000 users on %d partitions only", len(seen))
+		}
 		u := fmt.Sprintf("%s%d", prefix, i)
 		if p := l.PartitionOf(u); !seen[p] {
 			seen[p] = true
@@ -60,7 +63,7 @@ func usersOnDistinctPartitions(l *Log, n int, prefix string) []string {
 func TestStuckClientHoldsOnlyItsPartition(t *testing.T) {
 	t.Parallel()
 	r := newRig(t, nil, 4)
-	users := usersOnDistinctPartitions(r.log, 3, "u")
+	users := usersOnDistinctPartitions(t, r.log, 3, "u")
 	fine, stuck, sender := users[0], users[1], users[2]
 	pFine, pStuck := r.log.PartitionOf(fine), r.log.PartitionOf(stuck)
 

@@ -30,7 +30,7 @@ const (
 	// rows exactly; beyond it the rest is counted as its offset span.
 	countFetches = 8
 	// leaderRetries bounds the retries of a fetch after a leadership
-	// change (each refreshes the metadata first).
+	// change or a broken connection (each refreshes the metadata first).
 	leaderRetries = 3
 )
 
@@ -478,7 +478,7 @@ func (l *Log) fetch(ctx context.Context, topic string, partition int32, offset i
 		default:
 			// The leader may have moved or the broker gone: ask again.
 			l.forget(topic)
-			if attempt < leaderRetries && ctx.Err() == nil && (kerr.IsRetriable(err) || isLeadership(err)) {
+			if attempt < leaderRetries && ctx.Err() == nil && retriable(err) {
 				if err := sleep(ctx, time.Duration(attempt+1)*50*time.Millisecond); err != nil {
 					return kgo.FetchPartition{}, 0, err
 				}
@@ -494,6 +494,16 @@ func (l *Log) fetch(ctx context.Context, topic string, partition int32, offset i
 		}
 		return fp, next, nil
 	}
+}
+
+// retriable: a transport error (a connection to a broker that went away
+// or restarted), a retriable Kafka error, or a leadership change.
+func retriable(err error) bool {
+	var ke *kerr.Error
+	if !errors.As(err, &ke) {
+		return true
+	}
+	return kerr.IsRetriable(err) || isLeadership(err)
 }
 
 func isLeadership(err error) bool {

@@ -331,7 +331,7 @@ func (r *Relay) pass(cl *kgo.Client, closeClient func()) (int, error) {
 	recs := make([]*kgo.Record, 0, total+1)
 	for _, it := range items {
 		for _, m := range it.Members {
-			recs = append(recs, &kgo.Record{Topic: lc.Topic, Partition: r.log.PartitionOf(m), Key: []byte(m), Value: encodeRecord(m, it.Message)})
+			recs = append(recs, &kgo.Record{Topic: lc.Topic, Partition: 0, Key: []byte(m), Value: encodeRecord(m, it.Message)})
 		}
 	}
 	next := items[len(items)-1].Message.Seq

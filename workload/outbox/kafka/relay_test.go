@@ -7,7 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tetra-messenger/tetra/workload/history"
 	"github.com/tetra-messenger/tetra/workload/internal/testenv"
@@ -212,4 +214,58 @@ func (r *rig) wantHandedOff(msgs []history.Message) {
 			r.t.Errorf("message %s never handed off", m.ID)
 		}
 	}
+}
+
+// TestRelayStartsFromASeededCursor: a cursor record written outside any
+// transaction (docs/kafka.md, switching an existing deployment) is where
+// the relay starts.
+func TestRelayStartsFromASeededCursor(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, nil, 2)
+	old := r.mustCommit(3, "ann", "bob")
+	cl, err := kgo.NewClient(kgo.SeedBrokers(r.seeds...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	seed := &kgo.Record{Topic: r.log.cfg.CursorTopic, Partition: 0, Key: []byte(r.log.cfg.TransactionalID), Value: encodeCursor(old[2].Seq)}
+	if err := cl.ProduceSync(ctxFor(t), seed).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	rl := r.relay()
+	rl.Start()
+	fresh := r.mustCommit(2, "ann", "bob")
+	rl.Wake()
+	waitCursor(t, rl, fresh[1].Seq, 30*time.Second)
+	r.wantExactlyOnce(fresh, r.membersOf(fresh))
+}
+
+// TestRelayCommitRefused: the broker refuses a commit (EndTxn answers an
+// error). The relay aborts, hands nothing off, and relays the same messages
+// again in a new transaction: each is handed off once (the rig fails the
+// test on a second hand-off) and is in the topic once.
+func TestRelayCommitRefused(t *testing.T) {
+	t.Parallel()
+	fk := testenv.NewFakeKafka(t)
+	r := newRig(t, fk.Seeds(), 3)
+	var refused atomic.Int32
+	fk.ControlKey(int16(kmsg.EndTxn), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		end := req.(*kmsg.EndTxnRequest)
+		if !end.Commit {
+			return nil, nil, false
+		}
+		refused.Add(1)
+		resp := end.ResponseKind().(*kmsg.EndTxnResponse)
+		resp.ErrorCode = kerr.InvalidTxnState.Code
+		return resp, nil, true
+	})
+	msgs := r.mustCommit(4, "ann", "bob", "cat")
+	rl := r.relay()
+	rl.Start()
+	waitCursor(t, rl, msgs[3].Seq, 30*time.Second)
+	if refused.Load() != 1 || rl.Stats().Failures == 0 {
+		t.Fatalf("refused %d commits, relay stats %+v; want one refused commit and a failure", refused.Load(), rl.Stats())
+	}
+	r.wantExactlyOnce(msgs, r.membersOf(msgs))
+	r.wantHandedOff(msgs)
 }

@@ -1,0 +1,113 @@
+package server_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+
+	"github.com/tetra-messenger/tetra/workload/internal/testenv"
+	"github.com/tetra-messenger/tetra/workload/server"
+)
+
+// The Kafka brokers become unreachable, come back, and restart while the
+// server runs with its outbox in Kafka. Nothing accepted is lost: sends are
+// accepted throughout (history is the truth; the relay retries), live
+// delivery resumes on the open sockets once the relay catches up, and the
+// topic holds every (message, member) exactly once. Issue 5, Faults.
+func TestE2EKafkaOutageAndRestart(t *testing.T) {
+	t.Parallel()
+	fk := testenv.NewFakeKafka(t)
+	topic := "tetra-test-" + strings.ToLower(ulid.Make().String())
+	e := newEnv(t, backend{name: "sqlite+kafka with faults", start: func(t *testing.T, mutate func(*server.Config)) *server.Server {
+		cfg := server.DefaultConfig()
+		cfg.Addr, cfg.DataDir, cfg.Store, cfg.Index = "127.0.0.1:0", t.TempDir(), "sqlite", "memory"
+		cfg.Outbox = "kafka://" + strings.Join(fk.Seeds(), ",") + "/" + topic
+		cfg.Delivery.StoreTimeout = time.Second
+		mutate(&cfg)
+		return startServer(t, cfg)
+	}}, func(c *server.Config) {
+		c.Tuning.GCInterval = time.Hour // keep every record, to count them at the end
+	})
+	chat := e.createGroup("alice", "g", "bob", "carol")
+	alice := e.dial("alice", dialOpts{})
+	bob := e.dial("bob", dialOpts{})
+	var accepted []string
+	deliver := func(what string, ids ...string) {
+		t.Helper()
+		for _, id := range ids {
+			// Generous: after an outage the relay retries with backoff.
+			if _, err := bob.nextE(messageID(id), 90*time.Second); err != nil {
+				t.Fatalf("%s: message %s not delivered live: %v", what, id, err)
+			}
+		}
+		bob.ack(ids...)
+	}
+	send := func(phase string, n int) []string {
+		t.Helper()
+		var ids []string
+		for i := range n {
+			f := alice.sendOK(chat.ChatID, fmt.Sprintf("%s-%d", phase, i), phase)
+			ids = append(ids, f.MessageID)
+		}
+		accepted = append(accepted, ids...)
+		return ids
+	}
+
+	deliver("before", send("before", 2)...)
+
+	fk.Cut()
+	txns := e.srv.Relay().Stats().Transactions
+	during := send("during-outage", 5) // accepted: history commits without Kafka
+	bob.expectNone("live delivery while the brokers are unreachable", isType("message"), quiet)
+	if st := e.srv.Relay().Stats(); st.Transactions != txns {
+		t.Fatalf("relay committed %d transactions while the brokers were unreachable", st.Transactions-txns)
+	}
+	fk.Restore()
+	deliver("after the outage", during...)
+
+	fk.Restart()
+	deliver("after the restart", send("after-restart", 3)...)
+
+	got := ids(e.history("bob", chat.ChatID, ""))
+	if fmt.Sprint(got) != fmt.Sprint(accepted) {
+		t.Fatalf("history %v, want every accepted message once, in order: %v", got, accepted)
+	}
+	// Every (message, member) exactly once in the topic, read_committed.
+	count := map[string]int{}
+	log := e.srv.Outbox()
+	parts, err := log.Partitions(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range parts {
+		after := int64(-1)
+		for {
+			rows, err := log.Scan(t.Context(), p, after, 100)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(rows) == 0 {
+				break
+			}
+			for _, r := range rows {
+				count[r.Message.ID+"/"+r.Recipient]++
+				after = r.Pos
+			}
+		}
+	}
+	for _, id := range accepted {
+		for _, u := range []string{"alice", "bob", "carol"} {
+			if n := count[id+"/"+u]; n != 1 {
+				t.Errorf("message %s has %d records for %s, want exactly 1", id, n, u)
+			}
+			delete(count, id+"/"+u)
+		}
+	}
+	if len(count) != 0 {
+		t.Errorf("records for messages nobody sent: %v", count)
+	}
+	t.Logf("relay: %+v", e.srv.Relay().Stats())
+}

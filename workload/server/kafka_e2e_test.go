@@ -111,3 +111,31 @@ func TestE2EKafkaOutageAndRestart(t *testing.T) {
 	}
 	t.Logf("relay: %+v", e.srv.Relay().Stats())
 }
+
+// A bad --outbox is refused at once, naming what is supported; an
+// unreachable Kafka is refused at start, naming it and where.
+func TestServerRefusesBadOrUnreachableKafka(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		outbox string
+		want   []string
+	}{
+		{"amqp://mq:5672/q", []string{"--outbox", "kafka://"}},
+		{"kafka://k1:9092", []string{"--outbox", "topic"}},
+		{"kafka://127.0.0.1:1/tetra-outbox", []string{"Kafka", "127.0.0.1:1", "tetra-outbox"}},
+	} {
+		cfg := server.DefaultConfig()
+		cfg.Addr, cfg.DataDir, cfg.Outbox = "127.0.0.1:0", t.TempDir(), tc.outbox
+		srv, err := server.New(t.Context(), cfg)
+		if err == nil {
+			srv.Shutdown(t.Context())
+			t.Errorf("--outbox %s: server.New succeeded", tc.outbox)
+			continue
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("--outbox %s: error does not name %q: %v", tc.outbox, w, err)
+			}
+		}
+	}
+}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -131,12 +130,14 @@ func (l *Log) ensureTopics(ctx context.Context) error {
 				if err == nil {
 					err = resp.Err
 				}
-				if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
+				switch {
+				case err == nil:
+					l.logger.Info("created Kafka topic", "topic", s.topic, "partitions", s.parts)
+				case !errors.Is(err, kerr.TopicAlreadyExists): // another process was first
 					return unavailable("create topic "+s.topic, err)
 				}
-				l.logger.Info("created Kafka topic", "topic", s.topic, "partitions", s.parts)
 			}
-			if !ok || len(m.leaders) == 0 || slices.ContainsFunc(mapValues(m.leaders), func(v int32) bool { return v < 0 }) {
+			if !ok || !m.led() {
 				ready = false
 			}
 		}
@@ -160,12 +161,14 @@ func (l *Log) ensureTopics(ctx context.Context) error {
 	}
 }
 
-func mapValues[K comparable, V any](m map[K]V) []V {
-	out := make([]V, 0, len(m))
-	for _, v := range m {
-		out = append(out, v)
+// led reports whether every partition of the topic has a leader.
+func (m topicMeta) led() bool {
+	for _, leader := range m.leaders {
+		if leader < 0 {
+			return false
+		}
 	}
-	return out
+	return len(m.leaders) > 0
 }
 
 // Close closes the log's connections. Idempotent.

@@ -286,14 +286,14 @@ func (r *Relay) session() (progressed bool, err error) {
 		r.logger.Info("outbox relay active; no cursor committed yet, relaying history from the beginning", "topic", lc.Topic, "cursorTopic", lc.CursorTopic)
 	}
 	for {
-		n, err := r.pass(cl, closeClient)
+		n, more, err := r.pass(cl, closeClient)
 		if err != nil {
 			return progressed, err
 		}
 		if n > 0 {
 			progressed = true
 		}
-		if n == r.cfg.Batch {
+		if more {
 			if r.stopped() {
 				return progressed, nil
 			}
@@ -306,18 +306,20 @@ func (r *Relay) session() (progressed bool, err error) {
 }
 
 // pass relays the next batch of history in one transaction and returns
-// how many messages it relayed. closeClient ends the session's client.
-func (r *Relay) pass(cl *kgo.Client, closeClient func()) (int, error) {
+// how many messages it relayed and whether more may be waiting (a full
+// batch). closeClient ends the session's client.
+func (r *Relay) pass(cl *kgo.Client, closeClient func()) (n int, more bool, err error) {
 	lc := r.log.cfg
 	hctx, cancel := context.WithTimeout(r.killCtx, r.cfg.StoreTimeout)
 	items, err := r.feed.HistoryAfter(hctx, r.cursor.Load(), r.cfg.Batch)
 	cancel()
 	if err != nil {
-		return 0, fmt.Errorf("kafka: relay: read history: %w", err)
+		return 0, false, fmt.Errorf("kafka: relay: read history: %w", err)
 	}
 	if len(items) == 0 {
-		return 0, nil
+		return 0, false, nil
 	}
+	more = len(items) == r.cfg.Batch
 	total, k := 0, 0
 	for k < len(items) {
 		n := len(items[k].Members)
@@ -327,11 +329,12 @@ func (r *Relay) pass(cl *kgo.Client, closeClient func()) (int, error) {
 		total += n
 		k++
 	}
+	more = more || k < len(items)
 	items = items[:k]
 	recs := make([]*kgo.Record, 0, total+1)
 	for _, it := range items {
 		for _, m := range it.Members {
-			recs = append(recs, &kgo.Record{Topic: lc.Topic, Partition: 0, Key: []byte(m), Value: encodeRecord(m, it.Message)})
+			recs = append(recs, &kgo.Record{Topic: lc.Topic, Partition: r.log.PartitionOf(m), Key: []byte(m), Value: encodeRecord(m, it.Message)})
 		}
 	}
 	next := items[len(items)-1].Message.Seq
@@ -340,23 +343,23 @@ func (r *Relay) pass(cl *kgo.Client, closeClient func()) (int, error) {
 	ctx, cancel := context.WithTimeout(r.killCtx, r.cfg.TransactionTimeout)
 	defer cancel()
 	if err := cl.BeginTransaction(); err != nil {
-		return 0, fmt.Errorf("kafka: relay: begin transaction: %w", err)
+		return 0, false, fmt.Errorf("kafka: relay: begin transaction: %w", err)
 	}
 	if err := produce(ctx, cl, closeClient, recs); err != nil {
-		return 0, r.abort(cl, fmt.Errorf("kafka: relay: produce %d records: %w", len(recs), err))
+		return 0, false, r.abort(cl, fmt.Errorf("kafka: relay: produce %d records: %w", len(recs), err))
 	}
 	if r.beforeCommit != nil {
 		if err := r.beforeCommit(ctx); err != nil {
 			if errors.Is(err, errCrash) {
-				return 0, err
+				return 0, false, err
 			}
-			return 0, r.abort(cl, err)
+			return 0, false, r.abort(cl, err)
 		}
 	}
 	if err := cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
 		// The outcome may be unknown; the next session reads the cursor
 		// as committed, so either way nothing is doubled or lost.
-		return 0, r.abort(cl, fmt.Errorf("kafka: relay: commit: %w", err))
+		return 0, false, r.abort(cl, fmt.Errorf("kafka: relay: commit: %w", err))
 	}
 	r.cursor.Store(next)
 	r.txns.Add(1)
@@ -374,7 +377,7 @@ func (r *Relay) pass(cl *kgo.Client, closeClient func()) (int, error) {
 		}
 		r.cfg.Handoff(results)
 	}
-	return len(items), nil
+	return len(items), more, nil
 }
 
 // produce writes recs and waits for every acknowledgement. An idempotent

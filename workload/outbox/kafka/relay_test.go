@@ -269,3 +269,20 @@ func TestRelayCommitRefused(t *testing.T) {
 	r.wantExactlyOnce(msgs, r.membersOf(msgs))
 	r.wantHandedOff(msgs)
 }
+
+// TestRelaySplitsLargeBatches: MaxRecords caps a transaction (a message
+// with more members than that goes alone), and a capped pass goes on at
+// once instead of waiting for the next wake-up.
+func TestRelaySplitsLargeBatches(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, nil, 2)
+	msgs := r.mustCommit(4, "ann", "bob")
+	msgs = append(msgs, r.mustCommit(1, "ann", "bob", "cat", "dan")...)
+	rl := r.relay(func(c *RelayConfig) { c.MaxRecords = 3; c.Interval = time.Hour })
+	rl.Start()
+	waitCursor(t, rl, msgs[4].Seq, 30*time.Second)
+	if st := rl.Stats(); st.Transactions != 5 || st.Records != 12 {
+		t.Errorf("stats %+v, want 5 transactions (one message each) and 12 records", st)
+	}
+	r.wantExactlyOnce(msgs, r.membersOf(msgs))
+}

@@ -12,8 +12,7 @@
 // Prerequisites: node (20+), Chromium at /usr/bin/chromium (or $CHROMIUM)
 // and `npm ci --prefix test/browser`. When one is missing the test skips
 // loudly, or fails with CI=true, like every test that needs something
-// outside Go (the convention of workload/internal/testenv, which this
-// package, outside workload/, cannot import).
+// outside Go (internal/testenv).
 package browser_test
 
 import (
@@ -24,7 +23,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -35,6 +33,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tetra-messenger/tetra/internal/testenv"
 	"github.com/tetra-messenger/tetra/workload/client"
 	"github.com/tetra-messenger/tetra/workload/server"
 )
@@ -51,17 +50,17 @@ func browserTools(t *testing.T) (node, chromium string) {
 	t.Helper()
 	node, err := exec.LookPath("node")
 	if err != nil {
-		unavailable(t, "node", "Install Node.js 20+ (apt-get install -y nodejs npm).", err)
+		testenv.Unavailable(t, "node", "Install Node.js 20+ (apt-get install -y nodejs npm).", err)
 	}
 	chromium = os.Getenv("CHROMIUM")
 	if chromium == "" {
 		chromium = "/usr/bin/chromium"
 	}
 	if _, err := os.Stat(chromium); err != nil {
-		unavailable(t, "Chromium at "+chromium, "Install it with `apt-get update && apt-get install -y chromium` or set CHROMIUM.", err)
+		testenv.Unavailable(t, "Chromium at "+chromium, "Install it with `apt-get update && apt-get install -y chromium` or set CHROMIUM.", err)
 	}
 	if _, err := os.Stat(filepath.Join("node_modules", "playwright-core", "package.json")); err != nil {
-		unavailable(t, "test/browser/node_modules (playwright-core)", "Run `npm ci --prefix test/browser`.", err)
+		testenv.Unavailable(t, "test/browser/node_modules (playwright-core)", "Run `npm ci --prefix test/browser`.", err)
 	}
 	return node, chromium
 }
@@ -88,36 +87,12 @@ func TestBrowser(t *testing.T) {
 	}
 }
 
-// unavailable skips t loudly, or fails it under CI=true (as
-// testenv.Unavailable does).
-func unavailable(t *testing.T, what, how string, err error) {
-	t.Helper()
-	msg := fmt.Sprintf("SKIPPED: %s is not available (%v). %s", what, err, how)
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("CI=true forbids skipping: %s", msg)
-	}
-	fmt.Fprintf(os.Stderr, "\n!!! %s: %s\n\n", t.Name(), msg)
-	t.Skip(msg)
-}
-
-// freeAddr returns a free loopback address. The server listens on a fixed
-// address (not :0) so that after a restart the page finds it again.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
 // TestClientModule runs the unit tests of client.js (client.test.mjs) under
 // node:test; they need node only.
 func TestClientModule(t *testing.T) {
 	node, err := exec.LookPath("node")
 	if err != nil {
-		unavailable(t, "node", "Install Node.js 20+ (apt-get install -y nodejs npm).", err)
+		testenv.Unavailable(t, "node", "Install Node.js 20+ (apt-get install -y nodejs npm).", err)
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
@@ -147,7 +122,7 @@ func newHarness(t *testing.T, mutate func(*server.Config)) *harness {
 	t.Helper()
 	h := &harness{t: t, logs: &logBuffer{}}
 	cfg := server.DefaultConfig()
-	cfg.Addr = freeAddr(t)
+	cfg.Addr = testenv.FreeAddr(t)
 	cfg.DataDir = t.TempDir()
 	cfg.Demo = true
 	cfg.ShutdownGrace = 5 * time.Second

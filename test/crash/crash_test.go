@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/tetra-messenger/tetra/internal/testenv"
 )
 
 const secret = "crash-test-secret-0123456789abcdef"
@@ -35,7 +37,7 @@ func killLoop(t *testing.T, p *proc, l *load, kills int, span time.Duration, bet
 // accepted message is in history exactly once (G1, idempotent send across a
 // crash), recipients recover everything (G3).
 func TestCrashSQLiteKill9(t *testing.T) {
-	addr := FreeAddr(t)
+	addr := testenv.FreeAddr(t)
 	p := newProc(t, addr, secret, "--data", t.TempDir())
 	p.start()
 	l := newLoad(t, "http://"+addr, secret, 10)
@@ -51,13 +53,13 @@ func TestCrashSQLiteKill9(t *testing.T) {
 // and then Redis made unreachable for 2 s each through TCP proxies (the
 // shared servers are never stopped).
 func TestCrashPostgresRedis(t *testing.T) {
-	pgURL := Postgres(t)
-	redisURL, prefix := Redis(t)
+	pgURL := testenv.Postgres(t)
+	redisURL, prefix := testenv.Redis(t)
 	u, err := url.Parse(pgURL)
 	if err != nil {
 		t.Fatal(err)
 	}
-	proxy := NewProxy(t, u.Host)
+	proxy := testenv.NewProxy(t, u.Host)
 	u.Host = proxy.Addr()
 	opt, err := redis.ParseURL(redisURL)
 	if err != nil {
@@ -65,14 +67,14 @@ func TestCrashPostgresRedis(t *testing.T) {
 	}
 	rc := redis.NewClient(opt)
 	defer rc.Close()
-	redisProxy := NewProxy(t, opt.Addr) // the server reaches Redis through it
+	redisProxy := testenv.NewProxy(t, opt.Addr) // the server reaches Redis through it
 	ru, err := url.Parse(redisURL)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ru.Host = redisProxy.Addr()
 
-	addr := FreeAddr(t)
+	addr := testenv.FreeAddr(t)
 	p := newProc(t, addr, secret, "--data", t.TempDir(), "--store", u.String(),
 		"--index", ru.String(), "--index-prefix", prefix, "--index-owner", "crash-"+prefix)
 	p.start()
@@ -81,7 +83,7 @@ func TestCrashPostgresRedis(t *testing.T) {
 
 	time.Sleep(2 * time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	DeletePrefix(ctx, rc, prefix) // Redis "flushed" under load
+	testenv.DeletePrefix(ctx, rc, prefix) // Redis "flushed" under load
 	cancel()
 	time.Sleep(1500 * time.Millisecond)
 	proxy.Cut() // PostgreSQL unreachable under load
@@ -96,7 +98,7 @@ func TestCrashPostgresRedis(t *testing.T) {
 	killLoop(t, p, l, 2, 6*time.Second, func(i int) {
 		if i == 0 { // the index lost while the process is down, too
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			DeletePrefix(ctx, rc, prefix)
+			testenv.DeletePrefix(ctx, rc, prefix)
 			cancel()
 		}
 	})
@@ -109,7 +111,7 @@ func TestCrashPostgresRedis(t *testing.T) {
 // accepted send is in history after a restart), closes the sockets with
 // 1001 and exits 0 within 10 s.
 func TestGracefulSIGTERM(t *testing.T) {
-	addr := FreeAddr(t)
+	addr := testenv.FreeAddr(t)
 	p := newProc(t, addr, secret, "--data", t.TempDir())
 	p.start()
 	l := newLoad(t, "http://"+addr, secret, 10)

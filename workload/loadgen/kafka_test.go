@@ -4,7 +4,7 @@ import (
 	"context"
 	"testing"
 
-	"github.com/tetra-messenger/tetra/workload/internal/testenv"
+	"github.com/tetra-messenger/tetra/internal/testenv"
 )
 
 // TestKafkaReconcilesWithNothingLost is a short run on SQLite + Kafka (the

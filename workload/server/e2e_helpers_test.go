@@ -30,7 +30,7 @@ import (
 
 	"github.com/coder/websocket"
 
-	"github.com/tetra-messenger/tetra/workload/internal/testenv"
+	"github.com/tetra-messenger/tetra/internal/testenv"
 	"github.com/tetra-messenger/tetra/workload/server"
 )
 

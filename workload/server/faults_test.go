@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tetra-messenger/tetra/workload/internal/testenv"
+	"github.com/tetra-messenger/tetra/internal/testenv"
 	"github.com/tetra-messenger/tetra/workload/server"
 	"github.com/tetra-messenger/tetra/workload/waterline"
 	redisidx "github.com/tetra-messenger/tetra/workload/waterline/redis"

@@ -5,8 +5,8 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/tetra-messenger/tetra/internal/testenv"
 	"github.com/tetra-messenger/tetra/workload/history"
-	"github.com/tetra-messenger/tetra/workload/internal/testenv"
 	"github.com/tetra-messenger/tetra/workload/outbox"
 	"github.com/tetra-messenger/tetra/workload/outbox/outboxtest"
 )

@@ -11,8 +11,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/tetra-messenger/tetra/internal/testenv"
 	"github.com/tetra-messenger/tetra/workload/history"
-	"github.com/tetra-messenger/tetra/workload/internal/testenv"
 )
 
 // produceRaw writes value to partition of the rig's topic outside any

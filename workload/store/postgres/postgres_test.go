@@ -17,9 +17,9 @@ import (
 	"github.com/oklog/ulid/v2"
 	"github.com/pressly/goose/v3"
 
+	"github.com/tetra-messenger/tetra/internal/testenv"
 	"github.com/tetra-messenger/tetra/workload/history"
 	"github.com/tetra-messenger/tetra/workload/history/historytest"
-	"github.com/tetra-messenger/tetra/workload/internal/testenv"
 	"github.com/tetra-messenger/tetra/workload/outbox"
 	"github.com/tetra-messenger/tetra/workload/outbox/outboxtest"
 	"github.com/tetra-messenger/tetra/workload/store/migrations"

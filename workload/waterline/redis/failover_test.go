@@ -42,10 +42,10 @@ import (
 	"github.com/oklog/ulid/v2"
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/tetra-messenger/tetra/internal/testenv"
 	"github.com/tetra-messenger/tetra/workload/config"
 	"github.com/tetra-messenger/tetra/workload/delivery"
 	"github.com/tetra-messenger/tetra/workload/history"
-	"github.com/tetra-messenger/tetra/workload/internal/testenv"
 	"github.com/tetra-messenger/tetra/workload/store/sqlite"
 	"github.com/tetra-messenger/tetra/workload/waterline"
 	"github.com/tetra-messenger/tetra/workload/waterline/redis"

@@ -10,7 +10,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/tetra-messenger/tetra/workload/internal/testenv"
+	"github.com/tetra-messenger/tetra/internal/testenv"
 	"github.com/tetra-messenger/tetra/workload/waterline"
 	"github.com/tetra-messenger/tetra/workload/waterline/redis"
 	"github.com/tetra-messenger/tetra/workload/waterline/waterlinetest"

@@ -51,3 +51,42 @@ func TestE2EWebSocketOrigin(t *testing.T) {
 		}
 	}
 }
+
+// The total connection cap answers 429 to the next upgrade, whoever asks,
+// and frees a slot when a connection closes.
+func TestE2ETotalConnectionCap(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, backends(t)[0], func(c *server.Config) { c.MaxConns = 3 })
+	var open []*websocket.Conn
+	for _, u := range []string{"u1", "u2", "u3"} {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		c, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(e.srv.URL(), "http")+"/ws?token="+e.token(u), nil)
+		cancel()
+		if err != nil {
+			t.Fatalf("%s: %v", u, err)
+		}
+		open = append(open, c)
+	}
+	dial := func(u string) (*websocket.Conn, *http.Response, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		return websocket.Dial(ctx, "ws"+strings.TrimPrefix(e.srv.URL(), "http")+"/ws?token="+e.token(u), nil)
+	}
+	if c, resp, err := dial("u4"); err == nil || resp == nil || resp.StatusCode != http.StatusTooManyRequests {
+		if c != nil {
+			c.Close(websocket.StatusNormalClosure, "")
+		}
+		t.Fatalf("a fourth connection over MaxConns 3: %v %v, want 429", resp, err)
+	}
+	open[0].Close(websocket.StatusNormalClosure, "")
+	eventually(t, 10*time.Second, "a slot frees after a close", func() bool {
+		c, _, err := dial("u4")
+		if err == nil {
+			c.Close(websocket.StatusNormalClosure, "")
+		}
+		return err == nil
+	})
+	for _, c := range open[1:] {
+		c.Close(websocket.StatusNormalClosure, "")
+	}
+}

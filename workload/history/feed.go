@@ -35,3 +35,12 @@ type Committed struct {
 	Message Message
 	Members []string
 }
+
+// FeedHead is implemented by stores whose Feed can report the highest Seq
+// ever assigned (it survives purges). A relay compares its durable cursor
+// with it: a cursor beyond it means the log was fed from another history
+// store (a restored backup, a new database on an old topic), and relaying
+// from it would silently skip every new message.
+type FeedHead interface {
+	HistoryHead(ctx context.Context) (int64, error)
+}

@@ -43,6 +43,9 @@ func (c Config) CheckDemo() error {
 	if c.Index != "" && c.Index != "memory" {
 		why = append(why, "--demo runs on the in-process index only, not --index "+redact(c.Index))
 	}
+	if c.Outbox != "" {
+		why = append(why, "--demo runs on the embedded outbox only, not --outbox "+redact(c.Outbox))
+	}
 	if len(why) == 0 {
 		return nil
 	}

@@ -241,6 +241,12 @@ func (r *Relay) run() {
 	}
 }
 
+// ErrCursorAhead: the relay's committed cursor is beyond the highest
+// history Seq; the topic was fed from another history store. The relay
+// retries (and says so loudly) until an operator resets the cursor or
+// points the server at a new topic.
+var ErrCursorAhead = errors.New("kafka: relay cursor ahead of history")
+
 func isFenced(err error) bool {
 	return errors.Is(err, kerr.ProducerFenced) || errors.Is(err, kerr.InvalidProducerEpoch)
 }
@@ -276,6 +282,19 @@ func (r *Relay) session() (progressed bool, err error) {
 	cancel()
 	if err != nil {
 		return false, fmt.Errorf("kafka: relay: read the committed cursor from %s: %w", lc.CursorTopic, err)
+	}
+	if fh, ok := r.feed.(history.FeedHead); ok && found {
+		hctx, hcancel := context.WithTimeout(r.killCtx, r.cfg.TransactionTimeout)
+		head, herr := fh.HistoryHead(hctx)
+		hcancel()
+		if herr != nil {
+			return false, fmt.Errorf("kafka: relay: read the history head: %w", herr)
+		}
+		if cursor > head {
+			r.logger.Error("outbox relay refuses to run: its cursor is ahead of history, so it would skip every new message; this topic was fed from another history store (a restored backup, or a new database on an old topic). Use a new topic, or reset the cursor (docs/kafka.md)",
+				"topic", lc.Topic, "cursor", cursor, "historyHead", head)
+			return false, fmt.Errorf("%w: cursor %d is ahead of the history head %d", ErrCursorAhead, cursor, head)
+		}
 	}
 	r.cursor.Store(cursor)
 	r.active.Store(true)

@@ -240,6 +240,37 @@ func TestRelayStartsFromASeededCursor(t *testing.T) {
 	r.wantExactlyOnce(fresh, r.membersOf(fresh))
 }
 
+// TestRelayRefusesACursorAheadOfHistory: a topic fed from another history
+// store (its cursor is beyond this history's head) would silently skip
+// every new message; the relay refuses, says why, and relays nothing.
+func TestRelayRefusesACursorAheadOfHistory(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, nil, 2)
+	old := r.mustCommit(2, "ann", "bob")
+	cl, err := kgo.NewClient(kgo.SeedBrokers(r.seeds...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ahead := old[1].Seq + 1000
+	seed := &kgo.Record{Topic: r.log.cfg.CursorTopic, Partition: 0, Key: []byte(r.log.cfg.TransactionalID), Value: encodeCursor(ahead)}
+	if err := cl.ProduceSync(ctxFor(t), seed).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	rl := r.relay()
+	rl.Start()
+	deadline := time.Now().Add(30 * time.Second)
+	for rl.Stats().Failures == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the relay ran with a cursor ahead of history")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if st := rl.Stats(); st.Active || st.Records != 0 {
+		t.Fatalf("relay stats %+v: it must neither run nor relay", st)
+	}
+}
+
 // TestRelayCommitRefused: the broker refuses a commit (EndTxn answers an
 // error). The relay aborts, hands nothing off, and relays the same messages
 // again in a new transaction: each is handed off once (the rig fails the

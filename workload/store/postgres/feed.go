@@ -76,3 +76,16 @@ func (db *DB) HistoryAfter(ctx context.Context, seq int64, limit int) ([]history
 	}
 	return out, nil
 }
+
+// HistoryHead returns the highest history Seq ever assigned (0 when none),
+// from the history id sequence, so purges do not lower it (history.FeedHead).
+func (db *DB) HistoryHead(ctx context.Context) (int64, error) {
+	var head int64
+	err := db.pool.QueryRow(ctx, `SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM history_id_seq`).Scan(&head)
+	if err != nil {
+		return 0, unavailable("history head", err)
+	}
+	return head, nil
+}
+
+var _ history.FeedHead = (*DB)(nil)

@@ -79,9 +79,10 @@ func TestE2EHistoryRetention(t *testing.T) {
 		}
 		alice := e.dial("alice", dialOpts{})
 		fresh := alice.sendOK(chat.ChatID, "new", "recent")
-		n, err := e.srv.PurgeHistory(t.Context())
-		if err != nil || n != 1 {
-			t.Fatalf("purge deleted %d (%v), want 1", n, err)
+		// The server's own retention loop may run first and purge it; either
+		// way one pass must leave only the fresh message.
+		if _, err := e.srv.PurgeHistory(t.Context()); err != nil {
+			t.Fatalf("purge: %v", err)
 		}
 		got := ids(e.history("bob", chat.ChatID, ""))
 		if len(got) != 1 || got[0] != fresh.MessageID {

@@ -109,7 +109,7 @@ type harness struct {
 	t       *testing.T
 	cfg     server.Config
 	url     string
-	logs    *logBuffer
+	logs    *testenv.LogBuffer
 	control *httptest.Server
 
 	mu  sync.Mutex
@@ -120,7 +120,7 @@ type harness struct {
 // to its configuration.
 func newHarness(t *testing.T, mutate func(*server.Config)) *harness {
 	t.Helper()
-	h := &harness{t: t, logs: &logBuffer{}}
+	h := &harness{t: t, logs: &testenv.LogBuffer{}}
 	cfg := server.DefaultConfig()
 	cfg.Addr = testenv.FreeAddr(t)
 	cfg.DataDir = t.TempDir()
@@ -135,7 +135,7 @@ func newHarness(t *testing.T, mutate func(*server.Config)) *harness {
 	h.url = "http://" + cfg.Addr
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("server log (tail):\n%s", h.logs.tail(80))
+			t.Logf("server log (tail):\n%s", h.logs.Tail(80))
 		}
 	})
 	if err := h.start(); err != nil {
@@ -281,27 +281,3 @@ func (h *harness) send(ctx context.Context, req sendRequest) error {
 	return errors.Join(errs...)
 }
 
-// logBuffer keeps the server's log for failure reports.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.buf.Len() > 4<<20 {
-		l.buf.Reset()
-	}
-	return l.buf.Write(p)
-}
-
-func (l *logBuffer) tail(n int) string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	lines := strings.Split(strings.TrimRight(l.buf.String(), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}

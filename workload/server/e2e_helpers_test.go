@@ -162,13 +162,13 @@ type env struct {
 func newEnv(t *testing.T, b backend, mutate func(*server.Config)) *env {
 	t.Helper()
 	e := &env{t: t, secret: randomHex(24), http: &http.Client{Timeout: 20 * time.Second}}
-	logs := &logBuffer{}
+	logs := &testenv.LogBuffer{}
 	// Registered before the server's own cleanup, so it runs after it and
 	// shows the shutdown too.
 	t.Cleanup(func() {
 		e.http.CloseIdleConnections()
 		if t.Failed() {
-			t.Logf("server log (tail):\n%s", logs.tail(150))
+			t.Logf("server log (tail):\n%s", logs.Tail(150))
 		}
 	})
 	e.srv = b.start(t, func(c *server.Config) {
@@ -207,31 +207,6 @@ func randomHex(n int) string {
 		panic(err)
 	}
 	return hex.EncodeToString(b)
-}
-
-// logBuffer collects the server's log for failure reports.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.buf.Len() > 4<<20 {
-		l.buf.Reset()
-	}
-	return l.buf.Write(p)
-}
-
-func (l *logBuffer) tail(n int) string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	lines := strings.Split(strings.TrimRight(l.buf.String(), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }
 
 // token mints a valid token for user.

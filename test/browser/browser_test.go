@@ -280,4 +280,3 @@ func (h *harness) send(ctx context.Context, req sendRequest) error {
 	wg.Wait()
 	return errors.Join(errs...)
 }
-

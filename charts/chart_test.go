@@ -2,21 +2,30 @@ package charts_test
 
 import (
 	"bytes"
+	"context"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"helm.sh/helm/v4/pkg/action"
 	"helm.sh/helm/v4/pkg/chart/common"
 	chart "helm.sh/helm/v4/pkg/chart/v2"
 	"helm.sh/helm/v4/pkg/chart/v2/loader"
 	releasev1 "helm.sh/helm/v4/pkg/release/v1"
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/yaml"
+
+	_ "github.com/tetra-messenger/tetra/controllers" // registers tetra_operator_* on ctrlmetrics.Registry
+	workloadmetrics "github.com/tetra-messenger/tetra/workload/metrics"
+	"github.com/tetra-messenger/tetra/workload/outbox"
 )
 
 const chartDir = "tetra-operator"
@@ -217,4 +226,202 @@ func keys(m map[string]string) []string {
 		out = append(out, k)
 	}
 	return out
+}
+
+// promRule mirrors the part of monitoring.coreos.com/v1 PrometheusRule the
+// chart renders (decoded strictly: a typo in a field name fails).
+type promRule struct {
+	APIVersion string         `json:"apiVersion"`
+	Kind       string         `json:"kind"`
+	Metadata   map[string]any `json:"metadata"`
+	Spec       struct {
+		Groups []struct {
+			Name  string `json:"name"`
+			Rules []struct {
+				Alert       string            `json:"alert"`
+				Expr        string            `json:"expr"`
+				For         string            `json:"for"`
+				Labels      map[string]string `json:"labels"`
+				Annotations map[string]string `json:"annotations"`
+			} `json:"rules"`
+		} `json:"groups"`
+	} `json:"spec"`
+}
+
+type serviceMonitor struct {
+	APIVersion string         `json:"apiVersion"`
+	Kind       string         `json:"kind"`
+	Metadata   map[string]any `json:"metadata"`
+	Spec       struct {
+		NamespaceSelector struct {
+			MatchNames []string `json:"matchNames"`
+		} `json:"namespaceSelector"`
+		Selector struct {
+			MatchLabels map[string]string `json:"matchLabels"`
+		} `json:"selector"`
+		Endpoints []struct {
+			Port          string `json:"port"`
+			Path          string `json:"path"`
+			Interval      string `json:"interval"`
+			ScrapeTimeout string `json:"scrapeTimeout"`
+		} `json:"endpoints"`
+	} `json:"spec"`
+}
+
+// exportedNames is every metric family the workload and the operator
+// export: the rules may name no other.
+func exportedNames(t *testing.T) map[string]bool {
+	t.Helper()
+	m := workloadmetrics.New(func(context.Context) (workloadmetrics.Snapshot, error) {
+		return workloadmetrics.Snapshot{Relay: &workloadmetrics.RelaySnapshot{}, Outbox: []outbox.Stats{{Partition: 0, Depth: 1}}}, nil
+	})
+	names := map[string]bool{}
+	for _, g := range []prometheus.Gatherer{m.Registry(), ctrlmetrics.Registry} {
+		mfs, err := g.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			names[mf.GetName()] = true
+		}
+	}
+	if !names["tetra_operator_reconciles_total"] || !names["tetra_relay_failures_total"] {
+		t.Fatalf("gathered names incomplete: %v", names)
+	}
+	return names
+}
+
+var metricName = regexp.MustCompile(`\btetra_[a-z0-9_]+`)
+
+func TestChartMonitoringDisabledByDefault(t *testing.T) {
+	objs, err := render(t, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k := range objs {
+		if strings.HasPrefix(k, "ServiceMonitor/") || strings.HasPrefix(k, "PrometheusRule/") {
+			t.Errorf("%s rendered although disabled", k)
+		}
+	}
+	// The metrics Service is always there, selecting the operator's pod.
+	var svc corev1.Service
+	decode(t, objs["Service/tetra-tetra-operator-metrics"], &svc)
+	var dep appsv1.Deployment
+	decode(t, objs["Deployment/tetra-tetra-operator"], &dep)
+	if len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Name != "metrics" || svc.Spec.Ports[0].Port != 8080 ||
+		svc.Spec.Ports[0].TargetPort.String() != "metrics" {
+		t.Errorf("metrics Service ports %+v", svc.Spec.Ports)
+	}
+	for k, v := range svc.Spec.Selector {
+		if dep.Spec.Template.Labels[k] != v {
+			t.Errorf("Service selector %v does not select the pod labels %v", svc.Spec.Selector, dep.Spec.Template.Labels)
+		}
+	}
+	if len(svc.Spec.Selector) == 0 {
+		t.Error("metrics Service without a selector")
+	}
+	found := false
+	for _, p := range dep.Spec.Template.Spec.Containers[0].Ports {
+		found = found || (p.Name == "metrics" && p.ContainerPort == 8080)
+	}
+	if !found {
+		t.Error("the container has no port named metrics on 8080")
+	}
+}
+
+func TestChartMonitoringEnabled(t *testing.T) {
+	objs, err := render(t, map[string]any{
+		"metrics": map[string]any{"port": 9090, "serviceMonitor": map[string]any{
+			"enabled": true, "labels": map[string]any{"release": "kube-prometheus-stack"}, "interval": "15s"}},
+		"prometheusRule": map[string]any{"enabled": true, "labels": map[string]any{"role": "alert-rules"},
+			"deliveriesPerAccepted": map[string]any{"expected": 3, "tolerance": 0.5}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var svc corev1.Service
+	decode(t, objs["Service/tetra-tetra-operator-metrics"], &svc)
+
+	var sm serviceMonitor
+	decode(t, objs["ServiceMonitor/tetra-tetra-operator"], &sm)
+	if sm.APIVersion != "monitoring.coreos.com/v1" || sm.Kind != "ServiceMonitor" {
+		t.Errorf("ServiceMonitor %s %s", sm.APIVersion, sm.Kind)
+	}
+	if labels, _ := sm.Metadata["labels"].(map[string]any); labels["release"] != "kube-prometheus-stack" {
+		t.Errorf("ServiceMonitor labels %v", sm.Metadata["labels"])
+	}
+	if len(sm.Spec.NamespaceSelector.MatchNames) != 1 || sm.Spec.NamespaceSelector.MatchNames[0] != "tetra-system" {
+		t.Errorf("namespaceSelector %+v", sm.Spec.NamespaceSelector)
+	}
+	if len(sm.Spec.Selector.MatchLabels) == 0 {
+		t.Fatal("ServiceMonitor selects every Service")
+	}
+	for k, v := range sm.Spec.Selector.MatchLabels {
+		if svc.Labels[k] != v {
+			t.Errorf("ServiceMonitor selector %v does not select the metrics Service (labels %v)", sm.Spec.Selector.MatchLabels, svc.Labels)
+		}
+	}
+	if len(sm.Spec.Endpoints) != 1 || sm.Spec.Endpoints[0].Port != svc.Spec.Ports[0].Name || sm.Spec.Endpoints[0].Path != "/metrics" ||
+		sm.Spec.Endpoints[0].Interval != "15s" || svc.Spec.Ports[0].Port != 9090 {
+		t.Errorf("endpoints %+v, Service ports %+v", sm.Spec.Endpoints, svc.Spec.Ports)
+	}
+
+	var pr promRule
+	decode(t, objs["PrometheusRule/tetra-tetra-operator"], &pr)
+	if pr.APIVersion != "monitoring.coreos.com/v1" || pr.Kind != "PrometheusRule" {
+		t.Errorf("PrometheusRule %s %s", pr.APIVersion, pr.Kind)
+	}
+	if labels, _ := pr.Metadata["labels"].(map[string]any); labels["role"] != "alert-rules" {
+		t.Errorf("PrometheusRule labels %v", pr.Metadata["labels"])
+	}
+	names := exportedNames(t)
+	alerts := map[string]string{}
+	for _, g := range pr.Spec.Groups {
+		for _, r := range g.Rules {
+			alerts[r.Alert] = r.Expr
+			if r.Alert == "" || r.Expr == "" || r.For == "" || r.Labels["severity"] == "" || r.Annotations["summary"] == "" {
+				t.Errorf("incomplete rule %+v", r)
+			}
+			if strings.Count(r.Expr, "(") != strings.Count(r.Expr, ")") || strings.Count(r.Expr, "[") != strings.Count(r.Expr, "]") {
+				t.Errorf("%s: unbalanced expression %q", r.Alert, r.Expr)
+			}
+			used := metricName.FindAllString(r.Expr, -1)
+			if len(used) == 0 {
+				t.Errorf("%s names no tetra metric: %q", r.Alert, r.Expr)
+			}
+			for _, n := range used {
+				if !names[n] {
+					t.Errorf("%s uses %s, which neither the workload nor the operator exports", r.Alert, n)
+				}
+			}
+			// Helm must not have eaten the Prometheus templates.
+			if strings.Contains(r.Annotations["summary"], "$value") && !strings.Contains(r.Annotations["summary"], "{{ $value") {
+				t.Errorf("%s summary %q", r.Alert, r.Annotations["summary"])
+			}
+		}
+	}
+	for _, want := range []string{"TetraOutboxNotDraining", "TetraDeliveriesPerAcceptedOff", "TetraWithdrawalSurge"} {
+		if alerts[want] == "" {
+			t.Errorf("no alert %s (have %v)", want, alerts)
+		}
+	}
+	if e := alerts["TetraOutboxNotDraining"]; !strings.Contains(e, "tetra_outbox_oldest_age_seconds") || !strings.Contains(e, "> 60") {
+		t.Errorf("outbox age rule %q", e)
+	}
+	if e := alerts["TetraDeliveriesPerAcceptedOff"]; !strings.Contains(e, "- 3") || !strings.Contains(e, "> 0.5") || !strings.Contains(e, "[10m]") {
+		t.Errorf("deliveries per accepted rule does not use the values: %q", e)
+	}
+}
+
+func TestChartSchemaRefusesBadMonitoringValues(t *testing.T) {
+	for name, vals := range map[string]map[string]any{
+		"serviceMonitor.enabled not bool": {"metrics": map[string]any{"serviceMonitor": map[string]any{"enabled": "yes"}}},
+		"bad scrape interval":             {"metrics": map[string]any{"serviceMonitor": map[string]any{"interval": "often"}}},
+		"negative tolerance":              {"prometheusRule": map[string]any{"deliveriesPerAccepted": map[string]any{"tolerance": -1}}},
+		"unknown rule key":                {"prometheusRule": map[string]any{"outboxAge": 60}},
+	} {
+		if _, err := render(t, vals); err == nil || !strings.Contains(err.Error(), "schema") {
+			t.Errorf("%s: accepted or not a schema error: %v", name, err)
+		}
+	}
 }

@@ -184,28 +184,33 @@ func (r *MessengerReconciler) pollAfter() time.Duration {
 // Reconcile brings one Messenger's children to the rendered state and, when
 // it has Redis, probes the Redis identity.
 func (r *MessengerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	res, err := r.reconcile(ctx, req)
+	res, outcome, err := r.reconcile(ctx, req)
 	if err != nil {
 		if apierrors.IsConflict(err) {
 			// A stale cached Messenger lost the optimistic lock of a
 			// status patch: not a failure, just run again on fresh data.
+			ReconcilesTotal.WithLabelValues(OutcomeConflict).Inc()
 			ctrl.LoggerFrom(ctx).V(1).Info("status patch conflict; requeueing", "error", err.Error())
 			return ctrl.Result{RequeueAfter: conflictRequeueQuiet}, nil
 		}
 		// Never RequeueAfter and an error together.
+		ReconcilesTotal.WithLabelValues(OutcomeError).Inc()
 		return ctrl.Result{}, err
 	}
+	ReconcilesTotal.WithLabelValues(outcome).Inc()
 	return res, nil
 }
 
-func (r *MessengerReconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+// reconcile does the work of Reconcile and says how it ended (one of the
+// Outcome constants; an error overrides it).
+func (r *MessengerReconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, string, error) {
 	var m tetrav1.Messenger
 	if err := r.Get(ctx, req.NamespacedName, &m); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.setPending(req.NamespacedName, nil)
-			return ctrl.Result{}, nil
+			return ctrl.Result{}, OutcomeDeleted, nil
 		}
-		return ctrl.Result{}, err
+		return ctrl.Result{}, OutcomeError, err
 	}
 	orig := m.DeepCopy()
 	gen := m.Generation
@@ -214,7 +219,7 @@ func (r *MessengerReconciler) reconcile(ctx context.Context, req ctrl.Request) (
 		r.setPending(req.NamespacedName, nil)
 		setCondition(&m, tetrav1.ConditionProgressing, metav1.ConditionFalse, reasonPaused,
 			"reconciliation paused by the "+tetrav1.PausedAnnotation+" annotation")
-		return ctrl.Result{}, r.patchStatus(ctx, orig, &m)
+		return ctrl.Result{}, OutcomePaused, r.patchStatus(ctx, orig, &m)
 	}
 
 	// The schema refuses such names; this guards CRDs installed before it.
@@ -222,13 +227,13 @@ func (r *MessengerReconciler) reconcile(ctx context.Context, req ctrl.Request) (
 		setCondition(&m, tetrav1.ConditionDegraded, metav1.ConditionTrue, reasonInvalidName, msg)
 		setCondition(&m, tetrav1.ConditionReady, metav1.ConditionFalse, reasonInvalidName, msg)
 		m.Status.ObservedGeneration = gen
-		return ctrl.Result{}, r.patchStatus(ctx, orig, &m)
+		return ctrl.Result{}, OutcomeRefused, r.patchStatus(ctx, orig, &m)
 	}
 
 	// Referenced Secrets: existence, keys and versions.
 	secrets, missing, err := r.readSecrets(ctx, &m)
 	if err != nil {
-		return ctrl.Result{}, err
+		return ctrl.Result{}, OutcomeError, err
 	}
 	if len(missing) > 0 {
 		msg := "waiting for " + joinMissing(missing)
@@ -237,7 +242,7 @@ func (r *MessengerReconciler) reconcile(ctx context.Context, req ctrl.Request) (
 		setCondition(&m, tetrav1.ConditionReady, metav1.ConditionFalse, ReasonSecretMissing, msg)
 		m.Status.ObservedGeneration = gen
 		// The Secret watch wakes us when it appears.
-		return ctrl.Result{}, r.patchStatus(ctx, orig, &m)
+		return ctrl.Result{}, OutcomeDegraded, r.patchStatus(ctx, orig, &m)
 	}
 	versions := make(map[string]string, len(secrets))
 	for name, s := range secrets {
@@ -261,7 +266,7 @@ func (r *MessengerReconciler) reconcile(ctx context.Context, req ctrl.Request) (
 			// Deployment is patched with it, so a failed patch is retried
 			// with the same epoch instead of being forgotten.
 			if err := r.patchStatus(ctx, orig, &m); err != nil {
-				return ctrl.Result{}, err
+				return ctrl.Result{}, OutcomeError, err
 			}
 			orig = m.DeepCopy()
 		}
@@ -277,7 +282,7 @@ func (r *MessengerReconciler) reconcile(ctx context.Context, req ctrl.Request) (
 		setCondition(&m, tetrav1.ConditionDegraded, metav1.ConditionTrue, reasonInvalidSpec, err.Error())
 		setCondition(&m, tetrav1.ConditionReady, metav1.ConditionFalse, reasonInvalidSpec, err.Error())
 		m.Status.ObservedGeneration = gen
-		return result, r.patchStatus(ctx, orig, &m)
+		return result, OutcomeRefused, r.patchStatus(ctx, orig, &m)
 	}
 
 	// Children whose names are taken by objects this Messenger does not
@@ -290,7 +295,7 @@ func (r *MessengerReconciler) reconcile(ctx context.Context, req ctrl.Request) (
 	for _, o := range children {
 		foreign, err := r.foreign(ctx, &m, o)
 		if err != nil {
-			return ctrl.Result{}, err
+			return ctrl.Result{}, OutcomeError, err
 		}
 		if foreign != "" {
 			conflicts = append(conflicts, foreign)
@@ -303,15 +308,15 @@ func (r *MessengerReconciler) reconcile(ctx context.Context, req ctrl.Request) (
 		setCondition(&m, tetrav1.ConditionReady, metav1.ConditionFalse, ReasonNameConflict, msg)
 		m.Status.ObservedGeneration = gen
 		if err := r.patchStatus(ctx, orig, &m); err != nil {
-			return ctrl.Result{}, err
+			return ctrl.Result{}, OutcomeError, err
 		}
-		return ctrl.Result{RequeueAfter: conflictRequeue}, nil
+		return ctrl.Result{RequeueAfter: conflictRequeue}, OutcomeRefused, nil
 	}
 
 	var live appsv1.Deployment
 	liveErr := r.Get(ctx, client.ObjectKeyFromObject(objs.Deployment), &live)
 	if liveErr != nil && !apierrors.IsNotFound(liveErr) {
-		return ctrl.Result{}, liveErr
+		return ctrl.Result{}, OutcomeError, liveErr
 	}
 	applyErr := func() error {
 		for _, o := range []client.Object{objs.ConfigMap, objs.Service, objs.Deployment} {
@@ -328,9 +333,9 @@ func (r *MessengerReconciler) reconcile(ctx context.Context, req ctrl.Request) (
 		setCondition(&m, tetrav1.ConditionReady, metav1.ConditionFalse, reasonApplyFailed, applyErr.Error())
 		m.Status.ObservedGeneration = gen
 		if err := r.patchStatus(ctx, orig, &m); err != nil && !apierrors.IsConflict(err) {
-			return ctrl.Result{}, errors.Join(applyErr, err)
+			return ctrl.Result{}, OutcomeError, errors.Join(applyErr, err)
 		}
-		return ctrl.Result{}, applyErr
+		return ctrl.Result{}, OutcomeError, applyErr
 	}
 	// A change of the config hash rolls the pods; say so. (A restart for a
 	// Redis failover was announced in observeRedis, where it was decided.)
@@ -347,7 +352,7 @@ func (r *MessengerReconciler) reconcile(ctx context.Context, req ctrl.Request) (
 	m.Status.ObservedGeneration = gen
 	var dep appsv1.Deployment
 	if err := r.Get(ctx, client.ObjectKeyFromObject(objs.Deployment), &dep); err != nil && !apierrors.IsNotFound(err) {
-		return ctrl.Result{}, err
+		return ctrl.Result{}, OutcomeError, err
 	}
 	m.Status.ReadyReplicas = dep.Status.ReadyReplicas
 	rolledOut := dep.Generation != 0 && dep.Status.ObservedGeneration >= dep.Generation &&
@@ -360,7 +365,9 @@ func (r *MessengerReconciler) reconcile(ctx context.Context, req ctrl.Request) (
 		setCondition(&m, tetrav1.ConditionProgressing, metav1.ConditionTrue, reasonRollingOut,
 			fmt.Sprintf("%d of %d replicas updated to config %s", dep.Status.UpdatedReplicas, desired, objs.ConfigHash))
 	}
+	outcome := OutcomeProgressing
 	if rolledOut && dep.Status.ReadyReplicas >= desired {
+		outcome = OutcomeReady
 		setCondition(&m, tetrav1.ConditionReady, metav1.ConditionTrue, reasonAvailable,
 			fmt.Sprintf("%d of %d replicas ready", dep.Status.ReadyReplicas, desired))
 	} else {
@@ -368,7 +375,10 @@ func (r *MessengerReconciler) reconcile(ctx context.Context, req ctrl.Request) (
 			fmt.Sprintf("%d of %d replicas ready", dep.Status.ReadyReplicas, desired))
 	}
 	setCondition(&m, tetrav1.ConditionDegraded, degraded.Status, degraded.Reason, degraded.Message)
-	return result, r.patchStatus(ctx, orig, &m)
+	if degraded.Status == metav1.ConditionTrue {
+		outcome = OutcomeDegraded
+	}
+	return result, outcome, r.patchStatus(ctx, orig, &m)
 }
 
 // readSecrets reads every referenced Secret. missing lists the Secrets (or
@@ -476,6 +486,11 @@ func (r *MessengerReconciler) observeRedis(ctx context.Context, m *tetrav1.Messe
 		return nil, false
 	}
 	r.setPending(key, nil)
+	kind := FailoverPromotion
+	if cur.RunID != id.RunID {
+		kind = FailoverRestart
+	}
+	RedisFailoversTotal.WithLabelValues(kind).Inc()
 	epoch := cur.Epoch + 1
 	old := redisid.Identity{RunID: cur.RunID, MasterReplID: cur.MasterReplID, Addr: cur.Address}
 	r.Recorder.Eventf(m, nil, corev1.EventTypeWarning, ReasonRedisFailoverDetected, "Failover",
@@ -489,12 +504,14 @@ func (r *MessengerReconciler) observeRedis(ctx context.Context, m *tetrav1.Messe
 		r.Recorder.Eventf(m, nil, corev1.EventTypeNormal, ReasonWatermarkRebuildRequested, "Rebuild",
 			"%d pods rebuilt their waterline index from the outbox after the Redis failover (epoch %d)", acked, epoch)
 		m.Status.LastRebuild = &tetrav1.WatermarkRebuild{Time: now, Reason: "RedisFailover", Method: "Endpoint", Epoch: epoch, Pods: int32(acked)}
+		RebuildsTotal.WithLabelValues(RebuildEndpoint).Inc()
 		return nil, true
 	}
 	next.RestartEpoch = epoch
 	r.Recorder.Eventf(m, nil, corev1.EventTypeNormal, ReasonRolloutTriggered, "Rollout",
 		"rebuild endpoint not usable (%v): restarting the workload with Redis epoch %d", err, epoch)
 	m.Status.LastRebuild = &tetrav1.WatermarkRebuild{Time: now, Reason: "RedisFailover", Method: "Restart", Epoch: epoch}
+	RebuildsTotal.WithLabelValues(RebuildRestart).Inc()
 	return nil, true
 }
 

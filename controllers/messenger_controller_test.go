@@ -379,6 +379,7 @@ func TestMissingSecret(t *testing.T) {
 	ns := newNamespace(t)
 	createSecret(t, ns, "pg", map[string]string{"url": "postgres://db/tetra"})
 	createSecret(t, ns, "jwt", map[string]string{"wrong-key": jwtSecret})
+	degradedBefore := counter(controllers.ReconcilesTotal, controllers.OutcomeDegraded)
 	create(t, messenger(ns, "chat"))
 
 	waitFor(t, wait, "Degraded SecretMissing", func() (bool, string) {
@@ -390,6 +391,7 @@ func TestMissingSecret(t *testing.T) {
 	if ev.Type != corev1.EventTypeWarning {
 		t.Errorf("event %+v", ev)
 	}
+	waitCounterAbove(t, controllers.ReconcilesTotal, "tetra_operator_reconciles_total", controllers.OutcomeDegraded, degradedBefore)
 	if _, ok := deployment(t, ns, "chat"); ok {
 		t.Fatal("a Deployment whose pods could not start")
 	}
@@ -410,6 +412,8 @@ func TestStatusFollowsDeployment(t *testing.T) {
 	t.Parallel()
 	ns := newNamespace(t)
 	baseSecrets(t, ns)
+	readyBefore := counter(controllers.ReconcilesTotal, controllers.OutcomeReady)
+	progressingBefore := counter(controllers.ReconcilesTotal, controllers.OutcomeProgressing)
 	create(t, messenger(ns, "chat"))
 	_, d := waitSettled(t, ns, "chat")
 
@@ -425,6 +429,8 @@ func TestStatusFollowsDeployment(t *testing.T) {
 		return r != nil && r.Status == metav1.ConditionTrue && p.Status == metav1.ConditionFalse && m.Status.ReadyReplicas == 1,
 			fmt.Sprintf("ready=%+v progressing=%+v", r, p)
 	})
+	waitCounterAbove(t, controllers.ReconcilesTotal, "tetra_operator_reconciles_total", controllers.OutcomeProgressing, progressingBefore)
+	waitCounterAbove(t, controllers.ReconcilesTotal, "tetra_operator_reconciles_total", controllers.OutcomeReady, readyBefore)
 	// A new generation: observedGeneration follows.
 	update(t, ns, "chat", func(m *tetrav1.Messenger) { m.Spec.Delivery.MaxPending = 30 })
 	m, _ := waitSettled(t, ns, "chat")
@@ -446,6 +452,7 @@ func TestPauseAnnotation(t *testing.T) {
 	create(t, messenger(ns, "chat"))
 	waitSettled(t, ns, "chat")
 
+	pausedBefore := counter(controllers.ReconcilesTotal, controllers.OutcomePaused)
 	update(t, ns, "chat", func(m *tetrav1.Messenger) {
 		m.Annotations = map[string]string{tetrav1.PausedAnnotation: "true"}
 	})
@@ -453,6 +460,7 @@ func TestPauseAnnotation(t *testing.T) {
 		c := meta.FindStatusCondition(msgr(t, ns, "chat").Status.Conditions, tetrav1.ConditionProgressing)
 		return c != nil && c.Reason == "Paused", fmt.Sprintf("%+v", c)
 	})
+	waitCounterAbove(t, controllers.ReconcilesTotal, "tetra_operator_reconciles_total", controllers.OutcomePaused, pausedBefore)
 	update(t, ns, "chat", func(m *tetrav1.Messenger) { m.Spec.Delivery.MaxDeliveryAttempts = 7 })
 	// Reconcile by hand as well, so "nothing happened" is not a race.
 	if _, err := reconciler.Reconcile(ctx(), ctrl.Request{NamespacedName: types.NamespacedName{Namespace: ns, Name: "chat"}}); err != nil {
@@ -586,6 +594,8 @@ func TestRedisRestartTriggersRebuild(t *testing.T) {
 	}
 	readyPod(t, ns, "chat", "chat-0")
 	_, d0 := waitSettled(t, ns, "chat")
+	restartsBefore := counter(controllers.RedisFailoversTotal, controllers.FailoverRestart)
+	endpointBefore := counter(controllers.RebuildsTotal, controllers.RebuildEndpoint)
 
 	// Replace the server on the same address: a new run_id.
 	port := srv.Port
@@ -602,6 +612,8 @@ func TestRedisRestartTriggersRebuild(t *testing.T) {
 	}
 	waitEvent(t, ns, controllers.ReasonRedisFailoverDetected)
 	waitEvent(t, ns, controllers.ReasonWatermarkRebuildRequested)
+	waitCounterAbove(t, controllers.RedisFailoversTotal, "tetra_operator_redis_failovers_total", controllers.FailoverRestart, restartsBefore)
+	waitCounterAbove(t, controllers.RebuildsTotal, "tetra_operator_rebuilds_total", controllers.RebuildEndpoint, endpointBefore)
 	// Rebuilt in place: no restart.
 	d1, _ := deployment(t, ns, "chat")
 	if hashOf(d1) != hashOf(d0) || d1.Spec.Template.Annotations[tetrav1.RedisEpochAnnotation] != "" {
@@ -642,6 +654,8 @@ func TestRedisPromotionFallsBackToRestart(t *testing.T) {
 	}
 	// Promoted back: same run_id, new master_replid. The rebuild endpoint
 	// fails, so the epoch goes into the pod template.
+	promotionsBefore := counter(controllers.RedisFailoversTotal, controllers.FailoverPromotion)
+	restartRebuildsBefore := counter(controllers.RebuildsTotal, controllers.RebuildRestart)
 	if _, err := a.Do("REPLICAOF", "NO", "ONE"); err != nil {
 		t.Fatal(err)
 	}
@@ -654,6 +668,8 @@ func TestRedisPromotionFallsBackToRestart(t *testing.T) {
 		return d.Spec.Template.Annotations[tetrav1.RedisEpochAnnotation] == "1", fmt.Sprint(d.Spec.Template.Annotations)
 	})
 	waitEvent(t, ns, controllers.ReasonRedisFailoverDetected)
+	waitCounterAbove(t, controllers.RedisFailoversTotal, "tetra_operator_redis_failovers_total", controllers.FailoverPromotion, promotionsBefore)
+	waitCounterAbove(t, controllers.RebuildsTotal, "tetra_operator_rebuilds_total", controllers.RebuildRestart, restartRebuildsBefore)
 	ev := waitEvent(t, ns, controllers.ReasonRolloutTriggered)
 	if !strings.Contains(ev.Note, "epoch 1") {
 		t.Errorf("rollout event %q", ev.Note)
@@ -690,6 +706,7 @@ func TestForeignObjectsAreNotAdopted(t *testing.T) {
 	if err := k8s.Create(ctx(), svc); err != nil {
 		t.Fatal(err)
 	}
+	refusedBefore := counter(controllers.ReconcilesTotal, controllers.OutcomeRefused)
 	create(t, messenger(ns, "victim"))
 
 	waitFor(t, wait, "Degraded NameConflict", func() (bool, string) {
@@ -703,6 +720,7 @@ func TestForeignObjectsAreNotAdopted(t *testing.T) {
 	if ev := waitEvent(t, ns, controllers.ReasonNameConflict); ev.Type != corev1.EventTypeWarning {
 		t.Errorf("event %+v", ev)
 	}
+	waitCounterAbove(t, controllers.ReconcilesTotal, "tetra_operator_reconciles_total", controllers.OutcomeRefused, refusedBefore)
 	// Give a wrongly adopting reconcile time to run, then look.
 	time.Sleep(time.Second)
 	gotCM, _ := get(t, &corev1.ConfigMap{}, ns, "victim-tuning")

@@ -32,4 +32,14 @@
 // regardless), and deletes the prefix below it. Before any delete after a
 // start, a reset or a change of the index server's identity, GC rebuilds the
 // index from a full scan of the outbox; an index error deletes nothing.
+//
+// Several processes (fleet.go): when the index is shared (it implements
+// waterline.Fleet, as the Redis index does), each process delivers only to
+// its own connections while the safe line is global; devices are claimed
+// in the index so a newer connection on any process supersedes the older
+// one (4001); every hand-off publishes a wake-up that runs the other
+// processes' pollers at once; processes heartbeat (Config.OwnerTTL) and GC
+// reaps the index state of processes whose heartbeat lapsed; GC deletes
+// nothing while any live process has not rebuilt since the index's
+// identity changed.
 package delivery

@@ -43,6 +43,12 @@ type Config struct {
 	// Holder names this process's poller hold in the index; default a
 	// random "poller-<ulid>".
 	Holder string
+	// OwnerTTL is how long this process stays alive in a shared index
+	// (waterline.Fleet) without a heartbeat; it heartbeats every third of
+	// it, and other processes reap its state once it lapses. GC also waits
+	// OwnerTTL/2 after first seeing an index identity before deleting.
+	// Default 30 s; ignored by an in-process index.
+	OwnerTTL time.Duration
 	// OnDelivered, when set, is called for every first delivery of a
 	// message to a connection with the path ("fast" or "poll") and the
 	// time since the message was accepted. It must be cheap.
@@ -61,6 +67,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.StoreTimeout <= 0 {
 		c.StoreTimeout = 5 * time.Second
+	}
+	if c.OwnerTTL <= 0 {
+		c.OwnerTTL = 30 * time.Second
 	}
 	if c.Holder == "" {
 		c.Holder = "poller-" + ulid.Make().String()
@@ -83,6 +92,7 @@ type Stats struct {
 	Rebuilds        map[string]int64 `json:"rebuilds"`        // index rebuilds by reason
 	SafeLine        map[int32]int64  `json:"safeLine"`        // last safe-delete line per partition
 	EnqueueFailures int64            `json:"enqueueFailures"` // frames not queued: a connection's queue was full
+	OwnersReaped    int64            `json:"ownersReaped"`    // dead processes whose index state this one reaped
 }
 
 // maxPos marks a horizon not yet known: nothing is delivered to it.
@@ -98,6 +108,7 @@ type Member struct {
 	conn        Conn
 	client      waterline.Client
 	connectedAt time.Time
+	epoch       int64        // the device claim's epoch in a shared index; 0 without one
 	lastSeen    atomic.Int64 // unix nanos
 	pending     atomic.Int64 // pending count last reported by the index
 
@@ -156,6 +167,13 @@ type Engine struct {
 
 	nextShard atomic.Uint64
 
+	// The fleet (see fleet.go); nil fleet for an in-process index.
+	fleet        waterline.Fleet
+	wakeOut      chan struct{}
+	beatNow      chan struct{}
+	seenIdentity string    // GC goroutine only
+	seenSince    time.Time // GC goroutine only
+
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
 	stopped atomic.Bool
@@ -200,6 +218,8 @@ func New(log outbox.Log, idx waterline.Index, tuning func() config.Tuning, cfg C
 		deleted:  map[int32]int64{},
 		fastQ:    makeQueues(cfg.Concurrency, cfg.FastQueue),
 		pollWake: make(chan struct{}, 1),
+		wakeOut:  make(chan struct{}, 1),
+		beatNow:  make(chan struct{}, 1),
 		stats:    Stats{Withdrawals: map[string]int64{}, Rebuilds: map[string]int64{}, SafeLine: map[int32]int64{}},
 	}, nil
 }
@@ -214,22 +234,39 @@ func (e *Engine) Start(ctx context.Context) error {
 		return fmt.Errorf("delivery: list outbox partitions: %w", err)
 	}
 	e.partitions = parts
+	if err := e.startFleet(ctx); err != nil {
+		return fmt.Errorf("delivery: heartbeat in the shared index: %w", err)
+	}
+	rctx, cancel := context.WithCancel(context.Background())
+	e.cancel = cancel
+	fail := func(err error) error {
+		cancel()
+		e.wg.Wait()
+		return err
+	}
+	if e.fleet != nil {
+		// Heartbeat from now on: a long rebuild must not make this process
+		// look dead to the others.
+		e.wg.Add(1)
+		go e.heartbeatLoop(rctx)
+	}
 	for _, p := range parts {
 		v := &atomic.Int64{}
 		v.Store(-1)
 		e.scanPos[p] = v
 		if err := e.idx.Hold(ctx, e.cfg.Holder, p, 0, e.cfg.HoldTTL); err != nil {
-			return fmt.Errorf("delivery: hold the outbox for the poller: %w", err)
+			return fail(fmt.Errorf("delivery: hold the outbox for the poller: %w", err))
 		}
 	}
 	// The cold-state wipe: whatever this process's owner left in the index
 	// (a previous run that crashed) is reset, and the index is rebuilt from
 	// the outbox before the first delete.
 	if err := e.Rebuild(ctx, RebuildColdStart); err != nil {
-		return err
+		return fail(err)
 	}
-	rctx, cancel := context.WithCancel(context.Background())
-	e.cancel = cancel
+	if err := e.runFleet(rctx); err != nil {
+		return fail(fmt.Errorf("delivery: subscribe to the fleet channel: %w", err))
+	}
 	for i := 0; i < e.cfg.Concurrency; i++ {
 		e.wg.Add(1)
 		go e.fastWorker(rctx, e.fastQ[i])
@@ -285,11 +322,20 @@ func (e *Engine) ctx() (context.Context, context.CancelFunc) {
 // §4); everything committed later is pushed. The caller must have queued
 // the hello frame before calling Register.
 func (e *Engine) Register(ctx context.Context, c Conn) (*Member, error) {
+	var epoch int64
+	if e.fleet != nil {
+		cl, err := e.fleet.Claim(ctx, c.User(), c.Device(), c.ID())
+		if err != nil {
+			return nil, fmt.Errorf("delivery: claim the device in the shared index: %w", err)
+		}
+		epoch = cl.Epoch
+	}
 	now := e.now()
 	m := &Member{
 		conn:        c,
 		client:      waterline.Client{ID: c.ID(), User: c.User(), Device: c.Device()},
 		connectedAt: now,
+		epoch:       epoch,
 		horizon:     map[int32]int64{},
 		ahead:       map[pkey]struct{}{},
 		shed:        map[int32]int64{},
@@ -311,6 +357,12 @@ func (e *Engine) Register(ctx context.Context, c Conn) (*Member, error) {
 		e.byUser[c.User()] = devs
 	}
 	old := devs[c.Device()]
+	if old != nil && old.epoch > epoch {
+		// A later claim of this device registered first (a race between
+		// two connections of one device): this one lost.
+		e.mu.Unlock()
+		return nil, ErrSuperseded
+	}
 	if old != nil {
 		delete(e.byID, old.client.ID)
 	}
@@ -348,6 +400,15 @@ func (e *Engine) Register(ctx context.Context, c Conn) (*Member, error) {
 		m.horizon[p] = h
 	}
 	m.mu.Unlock()
+	if e.fleet != nil {
+		// A claim by another process that was announced before this member
+		// was in the registry found nothing to close; the stored epoch
+		// tells. A claim announced later finds the member (onClaim).
+		latest, err := e.fleet.LatestEpoch(ctx, client.User, client.Device)
+		if err == nil && latest > epoch {
+			e.withdraw(m, protocol.CloseSuperseded, "superseded by a newer connection of the same device", ReasonSuperseded)
+		}
+	}
 	return m, nil
 }
 
@@ -482,6 +543,12 @@ func (e *Engine) Handoff(results []history.Result) {
 	if shed {
 		e.wakePoller()
 	}
+	for i := range results {
+		if r := &results[i]; r.Err == nil && !r.Duplicate && len(r.Deliveries) > 0 {
+			e.publishWake()
+			break
+		}
+	}
 }
 
 // MessageFrame encodes the message frame for m (PROTOCOL.md §3).
@@ -580,7 +647,12 @@ func (e *Engine) send(m *Member, items []item) int {
 	e.idxMu.RUnlock()
 	cancel()
 	if errors.Is(err, waterline.ErrUnknownClient) {
-		return 0 // withdrawn meanwhile, or a rebuild is re-registering it
+		// Withdrawn meanwhile, or a rebuild is re-registering it; in a
+		// shared index, another process may have reaped this one.
+		if e.fleet != nil && e.Registered(m) {
+			e.checkReaped()
+		}
+		return 0
 	}
 	if err != nil {
 		// Not tracked: push anyway (the client dedupes, and history

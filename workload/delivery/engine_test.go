@@ -122,7 +122,7 @@ func newRigOn(t testing.TB, db *sqlite.DB, mutate func(*config.Tuning)) *rig {
 			t.Fatal(err)
 		}
 	}
-	if err := e.ensurePrimed(ctx); err != nil {
+	if _, err := e.ensurePrimed(ctx); err != nil {
 		t.Fatal(err)
 	}
 	r.chat, _, err = db.CreateDirect(ctx, "alice", "bob")

@@ -38,27 +38,27 @@ func (e *Engine) gcLoop(ctx context.Context) {
 }
 
 // ensurePrimed rebuilds the index when it is not primed or its server's
-// identity changed since it was primed.
-func (e *Engine) ensurePrimed(ctx context.Context) error {
+// identity changed since it was primed. It returns the current identity.
+func (e *Engine) ensurePrimed(ctx context.Context) (string, error) {
 	cctx, cancel := context.WithTimeout(ctx, e.cfg.StoreTimeout)
 	st, err := e.idx.State(cctx)
 	if err != nil {
 		cancel()
-		return fmt.Errorf("delivery: read index state: %w", err)
+		return "", fmt.Errorf("delivery: read index state: %w", err)
 	}
 	id, err := e.idx.Identity(cctx)
 	cancel()
 	if err != nil {
-		return fmt.Errorf("delivery: read index identity: %w", err)
+		return "", fmt.Errorf("delivery: read index identity: %w", err)
 	}
 	switch {
 	case !st.Primed:
-		return e.Rebuild(ctx, RebuildColdStart)
+		return id, e.Rebuild(ctx, RebuildColdStart)
 	case st.Identity != id:
 		e.logger.Warn("waterline index server changed identity; rebuilding before any delete", "was", st.Identity, "now", id)
-		return e.Rebuild(ctx, RebuildIdentity)
+		return id, e.Rebuild(ctx, RebuildIdentity)
 	}
-	return nil
+	return id, nil
 }
 
 // GCOnce runs one GC pass and returns the rows it deleted. It first makes
@@ -67,7 +67,11 @@ func (e *Engine) ensurePrimed(ctx context.Context) error {
 // age-backstop line); delete the prefix below line. Any error reading the
 // index or the outbox deletes nothing in that partition.
 func (e *Engine) GCOnce(ctx context.Context) (int64, error) {
-	if err := e.ensurePrimed(ctx); err != nil {
+	identity, err := e.ensurePrimed(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if ok, err := e.fleetMayDelete(ctx, identity); err != nil || !ok {
 		return 0, err
 	}
 	t := e.tuning()

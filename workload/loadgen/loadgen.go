@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"sort"
 	"strconv"
 	"strings"
@@ -26,7 +27,9 @@ import (
 // Config configures a load run. Zero fields take the defaults in
 // DefaultConfig.
 type Config struct {
-	// URL targets a running server; empty starts one (see InProcess).
+	// URL targets a running server, or a comma-separated list of the base
+	// URLs of a running fleet sharing one store, index and Secret; empty
+	// starts the server(s) (see InProcess and Replicas).
 	URL string
 	// Secret is the target server's TETRA_JWT_SECRET, needed with URL to
 	// mint client and admin tokens.
@@ -34,6 +37,16 @@ type Config struct {
 	// InProcess starts the server inside this process instead of as a
 	// child process; the report then has no server RSS or CPU.
 	InProcess bool
+	// Replicas is the number of `tetra serve` child processes the run
+	// starts (default 1). More than one need a shared store (PostgreSQL)
+	// and index (Redis): each gets its own --index-owner and the run's
+	// --index-prefix, and the clients are spread over them round-robin.
+	Replicas int
+	// ServerBinary is the tetra binary started as child processes;
+	// default this executable.
+	ServerBinary string
+	// connected, when set (tests), is called once every client connected.
+	connected func(*fleet)
 	// Server is the configuration of the server the run starts (its
 	// tuning is passed as flags to a child process). Addr and DataDir are
 	// chosen by the run.
@@ -92,6 +105,25 @@ func (c *Config) validate() error {
 		return fmt.Errorf("stuck share (%v) and slow share (%v) must be >= 0 and sum to at most 1", c.StuckShare, c.SlowShare)
 	case c.SlowAckDelay < 0:
 		return fmt.Errorf("slow ack delay must be >= 0, got %v", c.SlowAckDelay)
+	case c.Replicas < 0:
+		return fmt.Errorf("replicas must be >= 1, got %d", c.Replicas)
+	case c.URL != "" && len(splitURLs(c.URL)) == 0:
+		return fmt.Errorf("url %q names no server", c.URL)
+	}
+	if c.Replicas == 0 {
+		c.Replicas = 1
+	}
+	if c.Replicas > 1 {
+		switch {
+		case c.URL != "":
+			return fmt.Errorf("--replicas %d starts servers; with --url, list the running fleet's URLs instead (comma-separated)", c.Replicas)
+		case c.InProcess:
+			return fmt.Errorf("--replicas %d needs child processes: drop --in-process", c.Replicas)
+		case !strings.HasPrefix(c.Server.Store, "postgres://") && !strings.HasPrefix(c.Server.Store, "postgresql://"),
+			!isRedisIndex(c.Server.Index, c.Server.IndexSentinelAddrs):
+			return fmt.Errorf("--replicas %d needs --store postgres://... and --index redis://... (the processes share one store and one index; got --store %q, --index %q)",
+				c.Replicas, orDefault(redactURL(c.Server.Store), "SQLite, the embedded default"), orDefault(redactURL(c.Server.Index), "in process, the default"))
+		}
 	}
 	if c.SlowAckDelay == 0 {
 		c.SlowAckDelay = 2 * time.Second
@@ -127,19 +159,45 @@ type Report struct {
 	LatencyP99         time.Duration
 	LatencyP999        time.Duration
 	LatencyMax         time.Duration
-	OutboxPeak         int64 // -1 when unknown
-	OutboxFinal        int64 // -1 when unknown
-	ServerPeakRSS      int64 // bytes; 0 when unknown
-	ServerCPUSeconds   float64
-	Withdrawals        map[string]int64
-	StuckClients       int     // clients that never acked (Config.StuckShare)
-	SlowClients        int     // clients that acked late (Config.SlowShare)
-	StuckResynced      int64   // pairs of stuck recipients found only by their final history resync
-	HealthyPerAcc      float64 // DeliveriesPerAcc over the recipients that are not stuck
+	// Same- and cross-process delivery latency (sender's and recipient's
+	// processes equal or not), with their sample counts; only with
+	// several processes.
+	SameProcessDeliveries  int64
+	CrossProcessDeliveries int64
+	LatencySameP50         time.Duration
+	LatencySameP99         time.Duration
+	LatencyCrossP50        time.Duration
+	LatencyCrossP99        time.Duration
+	OutboxPeak             int64          // -1 when unknown
+	OutboxFinal            int64          // -1 when unknown
+	ServerPeakRSS          int64          // bytes; 0 when unknown; with several processes the sum of their peaks
+	ServerCPUSeconds       float64        // with several processes their sum
+	Replicas               int            // server processes driven
+	Processes              []ProcessStats // per process, with several
+	Withdrawals            map[string]int64
+	StuckClients           int     // clients that never acked (Config.StuckShare)
+	SlowClients            int     // clients that acked late (Config.SlowShare)
+	StuckResynced          int64   // pairs of stuck recipients found only by their final history resync
+	HealthyPerAcc          float64 // DeliveriesPerAcc over the recipients that are not stuck
 }
 
-// OK reports whether the run lost nothing.
-func (r *Report) OK() bool { return r.Lost == 0 }
+// Problems lists what makes the run a failure: pairs lost, or not one
+// message frame received live although messages were accepted for
+// recipients that were not stuck (everything then came from history: live
+// delivery is broken even though nothing was lost).
+func (r *Report) Problems() []string {
+	var out []string
+	if r.Lost > 0 {
+		out = append(out, fmt.Sprintf("%d lost", r.Lost))
+	}
+	if r.Expected > 0 && r.Frames == 0 && r.StuckClients < r.Clients {
+		out = append(out, "no live deliveries: every message was recovered from history")
+	}
+	return out
+}
+
+// OK reports whether the run has no Problems.
+func (r *Report) OK() bool { return len(r.Problems()) == 0 }
 
 // String renders the report as aligned lines.
 func (r *Report) String() string {
@@ -162,6 +220,11 @@ func (r *Report) String() string {
 	p("reconnects", r.Reconnects)
 	p("latency p50/p99/p99.9", fmt.Sprintf("%v / %v / %v", r.LatencyP50.Round(time.Microsecond*100), r.LatencyP99.Round(time.Microsecond*100), r.LatencyP999.Round(time.Microsecond*100)))
 	p("latency max", r.LatencyMax.Round(time.Millisecond))
+	if r.Replicas > 1 {
+		rd := func(d time.Duration) time.Duration { return d.Round(time.Microsecond * 100) }
+		p("same-process p50/p99", fmt.Sprintf("%v / %v (%d deliveries)", rd(r.LatencySameP50), rd(r.LatencySameP99), r.SameProcessDeliveries))
+		p("cross-process p50/p99", fmt.Sprintf("%v / %v (%d deliveries)", rd(r.LatencyCrossP50), rd(r.LatencyCrossP99), r.CrossProcessDeliveries))
+	}
 	if r.OutboxPeak >= 0 {
 		p("outbox peak / final", fmt.Sprintf("%d / %d", r.OutboxPeak, r.OutboxFinal))
 	}
@@ -173,13 +236,31 @@ func (r *Report) String() string {
 		p("stuck resynced at end", r.StuckResynced)
 		p("healthy deliv./acc.", fmt.Sprintf("%.3f", r.HealthyPerAcc))
 	}
-	if r.ServerPeakRSS > 0 {
-		p("server peak RSS", fmt.Sprintf("%.1f MiB", float64(r.ServerPeakRSS)/(1<<20)))
+	mib := func(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
+	switch {
+	case len(r.Processes) > 1:
+		p("server processes", len(r.Processes))
+		var maxRSS int64
+		var maxCPU float64
+		for i, ps := range r.Processes {
+			line := fmt.Sprintf("%s: %d clients", ps.URL, ps.Clients)
+			if ps.PeakRSS > 0 {
+				line += fmt.Sprintf(", peak RSS %s, CPU %.1f s", mib(ps.PeakRSS), ps.CPUSeconds)
+			}
+			p(fmt.Sprintf("  process %d", i), line)
+			maxRSS, maxCPU = max(maxRSS, ps.PeakRSS), max(maxCPU, ps.CPUSeconds)
+		}
+		if r.ServerPeakRSS > 0 {
+			p("peak RSS sum / max", fmt.Sprintf("%s / %s", mib(r.ServerPeakRSS), mib(maxRSS)))
+			p("server CPU sum / max", fmt.Sprintf("%.1f s / %.1f s", r.ServerCPUSeconds, maxCPU))
+		}
+	case r.ServerPeakRSS > 0:
+		p("server peak RSS", mib(r.ServerPeakRSS))
 		p("server CPU", fmt.Sprintf("%.1f s", r.ServerCPUSeconds))
 	}
 	verdict := "OK: 0 lost"
 	if !r.OK() {
-		verdict = fmt.Sprintf("FAIL: %d lost", r.Lost)
+		verdict = "FAIL: " + strings.Join(r.Problems(), "; ")
 	}
 	p("verdict", verdict)
 	return b.String()
@@ -200,6 +281,7 @@ const (
 
 type member struct {
 	idx  int
+	home int // target index: idx % targets
 	kind memberKind
 	user string
 	c    *client.Client
@@ -210,15 +292,19 @@ type member struct {
 
 type run struct {
 	cfg     Config
-	target  target
+	runID   string
+	target  *fleet
+	homes   []*homeTransport // per target, with several targets
 	members []*member
 	chats   map[string][]int // chat -> member indexes
 
 	accMu sync.Mutex
 	acc   map[string]accepted
 
-	latMu sync.Mutex
-	lat   []time.Duration
+	latMu    sync.Mutex
+	lat      []time.Duration
+	latSame  []time.Duration // with several targets
+	latCross []time.Duration
 
 	sent      atomic.Int64
 	errMu     sync.Mutex
@@ -233,9 +319,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("loadgen: %w", err)
 	}
-	r := &run{cfg: cfg, acc: map[string]accepted{}, errs: map[string]int64{}, chats: map[string][]int{}}
+	r := &run{cfg: cfg, runID: randomSecret()[:8], acc: map[string]accepted{}, errs: map[string]int64{}, chats: map[string][]int{}}
 	r.outboxMax.Store(-1)
-	t, err := startTarget(ctx, cfg)
+	t, err := startTargets(ctx, cfg, r.runID)
 	if err != nil {
 		return nil, err
 	}
@@ -245,10 +331,41 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		r.closeClients()
 		return nil, err
 	}
+	if cfg.connected != nil {
+		cfg.connected(t)
+	}
 	rep := r.drive(ctx)
 	r.closeClients()
-	t.finish(rep)
+	if err := ctx.Err(); err != nil {
+		// Interrupted: the reconciliation could not finish (its history
+		// reads were cancelled), so there is no report to trust.
+		return nil, fmt.Errorf("loadgen: interrupted: %w", err)
+	}
+	t.finish(rep, r.clientsPerTarget())
 	return rep, nil
+}
+
+func isRedisIndex(idx string, sentinels []string) bool {
+	return strings.HasPrefix(idx, "redis://") || strings.HasPrefix(idx, "rediss://") || (idx == "sentinel" && len(sentinels) > 0)
+}
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+// redactURL hides the password of a store or index URL in errors.
+func redactURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil || u.User == nil {
+		return s
+	}
+	if _, ok := u.User.Password(); ok {
+		u.User = url.UserPassword(u.User.Username(), "xxx")
+	}
+	return u.String()
 }
 
 func randomSecret() string {
@@ -260,15 +377,40 @@ func randomSecret() string {
 func (r *run) connect(ctx context.Context) error {
 	n := r.cfg.Clients
 	signer := r.target.signer()
+	nt := len(r.target.targets)
+	var bases []string
+	for _, t := range r.target.targets {
+		bases = append(bases, t.url())
+	}
+	// With several targets each home target gets its own HTTP client,
+	// whose dials fail over to the next target when the home one refuses.
+	var hcs []*http.Client
+	if nt > 1 {
+		for i := range nt {
+			hc, ht, err := newHomeClient(bases, i)
+			if err != nil {
+				return err
+			}
+			hcs, r.homes = append(hcs, hc), append(r.homes, ht)
+		}
+	}
 	r.members = make([]*member, n)
 	for i := 0; i < n; i++ {
-		m := &member{idx: i, kind: kindOf(i, r.cfg.StuckShare, r.cfg.SlowShare), user: fmt.Sprintf("lg-%05d", i), got: map[string]struct{}{}}
+		// Round-robin: client i on target i % nt. Chats are runs of
+		// consecutive clients, so with nt > 1 the two members of a pair
+		// are always on different targets (i and i+1 differ mod nt).
+		m := &member{idx: i, home: i % nt, kind: kindOf(i, r.cfg.StuckShare, r.cfg.SlowShare),
+			user: fmt.Sprintf("lg%s-%05d", r.runID, i), got: map[string]struct{}{}}
 		tok, err := signer.Issue(m.user, 0)
 		if err != nil {
 			return err
 		}
+		var hc *http.Client
+		if hcs != nil {
+			hc = hcs[m.home]
+		}
 		m.c, err = client.New(client.Config{
-			URL: r.target.url(), Token: tok,
+			URL: bases[m.home], Token: tok, HTTPClient: hc,
 			OnMessage:  func(msg protocol.Message) { r.onMessage(m, msg) },
 			BackoffMin: 50 * time.Millisecond, BackoffMax: 2 * time.Second,
 			ManualAck: m.kind != normalClient,
@@ -347,11 +489,53 @@ func (r *run) onMessage(m *member, msg protocol.Message) {
 	if i := strings.IndexByte(msg.Body, '|'); i > 0 {
 		if ns, err := strconv.ParseInt(msg.Body[:i], 10, 64); err == nil {
 			d := time.Duration(time.Now().UnixNano() - ns)
+			same, known := r.sameProcess(msg.SenderID, m)
 			r.latMu.Lock()
 			r.lat = append(r.lat, d)
+			if known && same {
+				r.latSame = append(r.latSame, d)
+			} else if known {
+				r.latCross = append(r.latCross, d)
+			}
 			r.latMu.Unlock()
 		}
 	}
+}
+
+// sameProcess reports whether the sender (a user id of this run) and the
+// recipient m are connected to the same target now; known is false with a
+// single target or a sender not of this run.
+func (r *run) sameProcess(sender string, m *member) (same, known bool) {
+	if r.homes == nil {
+		return false, false
+	}
+	rest, ok := strings.CutPrefix(sender, "lg"+r.runID+"-")
+	if !ok {
+		return false, false
+	}
+	i, err := strconv.Atoi(rest)
+	if err != nil || i < 0 || i >= len(r.members) {
+		return false, false
+	}
+	from := r.homes[i%len(r.homes)].cur.Load()
+	return from == r.homes[m.home].cur.Load(), true
+}
+
+// clientsPerTarget counts the clients by the target their last connection
+// reached.
+func (r *run) clientsPerTarget() []int {
+	out := make([]int, len(r.target.targets))
+	for _, m := range r.members {
+		if m == nil {
+			continue
+		}
+		t := m.home
+		if r.homes != nil {
+			t = int(r.homes[m.home].cur.Load())
+		}
+		out[t]++
+	}
+	return out
 }
 
 func (r *run) closeClients() {
@@ -436,10 +620,10 @@ func (r *run) drive(ctx context.Context) *Report {
 	// Drain: wait until every expected pair was reported, then for the
 	// outbox to empty.
 	deadline := time.Now().Add(cfg.Drain)
-	for time.Now().Before(deadline) && r.missing(false) > 0 {
+	for time.Now().Before(deadline) && ctx.Err() == nil && r.missing(false) > 0 {
 		time.Sleep(100 * time.Millisecond)
 	}
-	for time.Now().Before(deadline) {
+	for time.Now().Before(deadline) && ctx.Err() == nil {
 		if d := r.target.outboxDepth(ctx); d <= 0 {
 			break
 		}
@@ -630,11 +814,26 @@ func (r *run) report(ctx context.Context, sendPhase time.Duration) *Report {
 	if len(lat) > 0 {
 		rep.LatencyMax = lat[len(lat)-1]
 	}
-	rep.OutboxFinal = r.target.outboxDepth(ctx)
-	if st, ok := r.target.adminStats(ctx); ok {
-		rep.Withdrawals = st.Delivery.Withdrawals
+	if r.homes != nil {
+		r.latMu.Lock()
+		same, cross := append([]time.Duration(nil), r.latSame...), append([]time.Duration(nil), r.latCross...)
+		r.latMu.Unlock()
+		rep.SameProcessDeliveries, rep.CrossProcessDeliveries = int64(len(same)), int64(len(cross))
+		rep.LatencySameP50, rep.LatencySameP99 = quantile(same, 0.50), quantile(same, 0.99)
+		rep.LatencyCrossP50, rep.LatencyCrossP99 = quantile(cross, 0.50), quantile(cross, 0.99)
 	}
+	rep.OutboxFinal = r.target.outboxDepth(ctx)
+	rep.Withdrawals = r.target.withdrawals(ctx)
 	return rep
+}
+
+// quantile sorts lat and returns its p quantile, 0 when empty.
+func quantile(lat []time.Duration, p float64) time.Duration {
+	if len(lat) == 0 {
+		return 0
+	}
+	sort.Slice(lat, func(a, b int) bool { return lat[a] < lat[b] })
+	return lat[min(len(lat)-1, int(p*float64(len(lat))))]
 }
 
 // history pages every message of m's chat.

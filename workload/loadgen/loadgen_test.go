@@ -2,6 +2,7 @@ package loadgen
 
 import (
 	"context"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -114,5 +115,30 @@ func TestConfigValidation(t *testing.T) {
 		if _, err := Run(context.Background(), cfg); err == nil {
 			t.Errorf("config %+v accepted", cfg)
 		}
+	}
+}
+
+// A run where nothing arrived live is a failure even with nothing lost:
+// everything came from the final history sync, so live delivery is broken.
+func TestReportFlagsNoLiveDeliveries(t *testing.T) {
+	r := &Report{Clients: 10, Accepted: 50, Expected: 50, Received: 50, Frames: 0}
+	if r.OK() || !strings.Contains(strings.Join(r.Problems(), ";"), "no live deliveries") {
+		t.Fatalf("0 frames for 50 expected pairs: OK=%v problems=%v", r.OK(), r.Problems())
+	}
+	if !strings.Contains(r.String(), "FAIL: no live deliveries") {
+		t.Fatalf("verdict line does not say it:\n%s", r)
+	}
+	r.Frames = 50
+	if !r.OK() {
+		t.Fatalf("a healthy run is not OK: %v", r.Problems())
+	}
+	r.StuckClients, r.Frames = 10, 0 // every client stuck: nothing live is expected
+	if !r.OK() {
+		t.Fatalf("all clients stuck: %v", r.Problems())
+	}
+	r.StuckClients, r.Lost = 0, 3
+	r.Frames = 47
+	if r.OK() || !strings.Contains(r.String(), "FAIL: 3 lost") {
+		t.Fatalf("3 lost: OK=%v\n%s", r.OK(), r)
 	}
 }

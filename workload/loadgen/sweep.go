@@ -285,9 +285,13 @@ func WriteMarkdown(w io.Writer, results []SweepResult) error {
 			cpu = fmt.Sprintf("%.0f s", p.ServerCPUSeconds)
 		}
 		ms := func(d time.Duration) string { return fmt.Sprintf("%.0f", float64(d)/float64(time.Millisecond)) }
-		fmt.Fprintf(&b, "| %s | %s | %.0f | %.2f | %s / %s | %d | %d | %s | %s / %s / %s ms | %s · %s |\n",
+		procs := ""
+		if p.Replicas > 1 {
+			procs = fmt.Sprintf(" (sum of %d processes)", p.Replicas)
+		}
+		fmt.Fprintf(&b, "| %s | %s | %.0f | %.2f | %s / %s | %d | %d | %s | %s / %s / %s ms | %s · %s%s |\n",
 			r.Row.Name, load, p.AchievedRate, p.DeliveriesPerAcc, fmtCount(p.OutboxPeak), fmtCount(p.OutboxFinal), p.Lost,
-			p.Reconnects, fmtMap(p.Withdrawals), ms(p.LatencyP50), ms(p.LatencyP99), ms(p.LatencyP999), cpu, fmtMiB(p.ServerPeakRSS))
+			p.Reconnects, fmtMap(p.Withdrawals), ms(p.LatencyP50), ms(p.LatencyP99), ms(p.LatencyP999), cpu, fmtMiB(p.ServerPeakRSS), procs)
 	}
 	_, err := io.WriteString(w, b.String())
 	return err

@@ -17,15 +17,26 @@ import (
 	"github.com/tetra-messenger/tetra/workload/server"
 )
 
-func startTarget(ctx context.Context, cfg Config) (target, error) {
+// startTargets returns the run's servers: the --url list, one in-process
+// server, or cfg.Replicas child processes sharing one store, outbox and
+// index. On error nothing it started is left running.
+func startTargets(ctx context.Context, cfg Config, runID string) (*fleet, error) {
 	if cfg.URL != "" {
-		return newRemote(cfg.URL, cfg.Secret)
-	}
-	dir, err := os.MkdirTemp("", "tetra-loadgen-")
-	if err != nil {
-		return nil, err
+		f := &fleet{}
+		for _, u := range splitURLs(cfg.URL) {
+			rem, err := newRemote(u, cfg.Secret)
+			if err != nil {
+				return nil, err
+			}
+			f.targets = append(f.targets, rem)
+		}
+		return f, nil
 	}
 	if cfg.InProcess {
+		dir, err := os.MkdirTemp("", "tetra-loadgen-")
+		if err != nil {
+			return nil, err
+		}
 		sc := cfg.Server
 		sc.Addr, sc.DataDir, sc.Logger = "127.0.0.1:0", dir, cfg.Logger
 		srv, err := server.New(ctx, sc)
@@ -37,9 +48,59 @@ func startTarget(ctx context.Context, cfg Config) (target, error) {
 			os.RemoveAll(dir)
 			return nil, fmt.Errorf("loadgen: start in-process server: %w", err)
 		}
-		return &cleanup{target: &local{srv: srv}, dir: dir}, nil
+		return &fleet{targets: []target{&cleanup{target: &local{srv: srv}, dir: dir}}}, nil
 	}
-	return startChild(ctx, cfg, dir)
+	secret := randomSecret()
+	f := &fleet{}
+	for i := range max(cfg.Replicas, 1) {
+		dir, err := os.MkdirTemp("", "tetra-loadgen-")
+		if err != nil {
+			f.stop()
+			return nil, err
+		}
+		c, err := startChild(ctx, cfg, dir, secret, childArgs(cfg, runID, i))
+		if err != nil {
+			os.RemoveAll(dir)
+			f.stop()
+			if cfg.Replicas > 1 {
+				return nil, fmt.Errorf("replica %d: %w", i, err)
+			}
+			return nil, err
+		}
+		f.targets = append(f.targets, c)
+	}
+	if idx := cfg.Server.Index; strings.HasPrefix(idx, "redis://") || strings.HasPrefix(idx, "rediss://") {
+		f.redisURL, f.redisPrefix = idx, runPrefix(cfg, runID)
+	}
+	return f, nil
+}
+
+// splitURLs splits a comma-separated --url list, dropping empty entries.
+func splitURLs(s string) []string {
+	var out []string
+	for _, u := range strings.Split(s, ",") {
+		if u = strings.TrimSpace(u); u != "" {
+			out = append(out, u)
+		}
+	}
+	return out
+}
+
+// runPrefix is the Redis key prefix of one run's children: the configured
+// prefix plus lg<runid>:, so no run sees another's index keys (owners,
+// waterlines, client registrations) even on a shared Redis and a fresh
+// store.
+func runPrefix(cfg Config, runID string) string {
+	return cfg.Server.IndexPrefix + "lg" + runID + ":"
+}
+
+// childArgs are the index flags of replica i: its own --index-owner and
+// the run's shared --index-prefix.
+func childArgs(cfg Config, runID string, i int) []string {
+	if cfg.Server.Index == "" || cfg.Server.Index == "memory" {
+		return nil
+	}
+	return []string{"--index-prefix", runPrefix(cfg, runID), "--index-owner", fmt.Sprintf("loadgen-%s-%d", runID, i)}
 }
 
 // cleanup removes the run's data directory after stopping the target.
@@ -91,16 +152,18 @@ func freePort() (int, error) {
 	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
-func startChild(ctx context.Context, cfg Config, dir string) (target, error) {
-	exe, err := os.Executable()
-	if err != nil {
-		return nil, err
+func startChild(ctx context.Context, cfg Config, dir, secret string, extra []string) (*child, error) {
+	exe := cfg.ServerBinary
+	if exe == "" {
+		var err error
+		if exe, err = os.Executable(); err != nil {
+			return nil, err
+		}
 	}
 	port, err := freePort()
 	if err != nil {
 		return nil, err
 	}
-	secret := randomSecret()
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	args := append([]string{"serve", "--addr", addr, "--data", dir, "--log-level", "warn",
 		"--max-conns-per-user", "64", "--max-conns", strconv.Itoa(max(cfg.Clients*2, 20000))}, TuningArgs(cfg.Server.Tuning)...)
@@ -113,7 +176,13 @@ func startChild(ctx context.Context, cfg Config, dir string) (target, error) {
 	if cfg.Server.Index != "" {
 		args = append(args, "--index", cfg.Server.Index)
 	}
+	if len(cfg.Server.IndexSentinelAddrs) > 0 {
+		args = append(args, "--index-sentinel-addrs", strings.Join(cfg.Server.IndexSentinelAddrs, ","),
+			"--index-sentinel-master", cfg.Server.IndexSentinelMaster)
+	}
+	args = append(args, extra...)
 	cmd := exec.Command(exe, args...)
+	setParentDeathSignal(cmd)
 	cmd.Env = append(os.Environ(), "TETRA_JWT_SECRET="+secret)
 	logf, err := os.Create(filepath.Join(dir, "server.log"))
 	if err != nil {
@@ -125,6 +194,9 @@ func startChild(ctx context.Context, cfg Config, dir string) (target, error) {
 	}
 	rem, err := newRemote("http://"+addr, secret)
 	if err != nil {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		logf.Close()
 		return nil, err
 	}
 	c := &child{remote: rem, cmd: cmd, dir: dir, done: make(chan struct{})}
@@ -155,8 +227,14 @@ func startChild(ctx context.Context, cfg Config, dir string) (target, error) {
 }
 
 // finish reads the child's peak RSS (VmHWM) and CPU time from /proc before
-// it is stopped.
+// it is stopped (nothing when it already exited).
 func (c *child) finish(rep *Report) {
+	ps := c.procStats()
+	rep.ServerPeakRSS, rep.ServerCPUSeconds = ps.PeakRSS, ps.CPUSeconds
+}
+
+func (c *child) procStats() ProcessStats {
+	var ps ProcessStats
 	pid := c.cmd.Process.Pid
 	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid)); err == nil {
 		for _, line := range strings.Split(string(b), "\n") {
@@ -164,7 +242,7 @@ func (c *child) finish(rep *Report) {
 				f := strings.Fields(line)
 				if len(f) >= 2 {
 					kb, _ := strconv.ParseInt(f[1], 10, 64)
-					rep.ServerPeakRSS = kb * 1024
+					ps.PeakRSS = kb * 1024
 				}
 			}
 		}
@@ -177,17 +255,21 @@ func (c *child) finish(rep *Report) {
 			if len(f) > 13 {
 				ut, _ := strconv.ParseFloat(f[11], 64)
 				st, _ := strconv.ParseFloat(f[12], 64)
-				rep.ServerCPUSeconds = (ut + st) / 100 // USER_HZ is 100 on Linux
+				ps.CPUSeconds = (ut + st) / 100 // USER_HZ is 100 on Linux
 			}
 		}
 	}
+	return ps
 }
+
+// childStopTimeout is how long a child gets after SIGTERM before SIGKILL.
+const childStopTimeout = 30 * time.Second
 
 func (c *child) stop() {
 	_ = c.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-c.done:
-	case <-time.After(30 * time.Second):
+	case <-time.After(childStopTimeout):
 		_ = c.cmd.Process.Kill()
 		<-c.done
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -20,6 +21,28 @@ type Snapshot struct {
 	Outbox        []outbox.Stats
 	InboundQueued int
 	TuningReloads int64
+	// Relay is the Kafka outbox relay's counters; nil without the Kafka
+	// backend (then no tetra_relay_* series are exposed).
+	Relay *RelaySnapshot
+}
+
+// RelaySnapshot is what the scrape reads from the Kafka outbox relay
+// (kafka.RelayStats, copied so this package does not depend on Kafka).
+type RelaySnapshot struct {
+	// Active: this process holds the transactional id and relays.
+	Active bool
+	// Cursor: the last history Seq relayed (committed or read as
+	// committed); -1 before the first session.
+	Cursor int64
+	// Transactions and Records committed to the outbox topic.
+	Transactions int64
+	Records      int64
+	// Failures: relay sessions that ended in an error (each is retried;
+	// fenced ones included).
+	Failures int64
+	// Fenced: sessions ended because another process took the
+	// transactional id.
+	Fenced int64
 }
 
 // Metrics holds the collectors. The zero value is not usable; use New.
@@ -120,7 +143,8 @@ var (
 	dDeliveries   = prometheus.NewDesc("tetra_deliveries_total", "Message frames queued on sockets, by path: fast, poll (first sends) and redelivery (after a lease expired).", []string{"path"}, nil)
 	dShedFast     = prometheus.NewDesc("tetra_fast_path_shed_total", "Fast-path deliveries dropped to the poller because the queue was full.", nil, nil)
 	dAcks         = prometheus.NewDesc("tetra_acks_total", "Message ids acknowledged by clients.", nil, nil)
-	dWithdrawals  = prometheus.NewDesc("tetra_withdrawals_total", "Connections withdrawn from live delivery, by reason (idle, overload, attempts, superseded, shutdown).", []string{"reason"}, nil)
+	dWithdrawals  = prometheus.NewDesc("tetra_withdrawals_total", "Connections withdrawn from live delivery, by reason (idle, overload, attempts, superseded, shutdown, owner-lapsed).", []string{"reason"}, nil)
+	dReaped       = prometheus.NewDesc("tetra_owners_reaped_total", "Processes sharing the Redis index whose heartbeat lapsed and whose index state this process reaped.", nil, nil)
 	dGCDeleted    = prometheus.NewDesc("tetra_gc_deleted_rows_total", "Outbox rows deleted by the waterline GC.", nil, nil)
 	dGCPasses     = prometheus.NewDesc("tetra_gc_passes_total", "Waterline GC passes.", nil, nil)
 	dRebuilds     = prometheus.NewDesc("tetra_index_rebuilds_total", "Waterline index rebuilds from the outbox, by reason (cold-start, identity-changed, requested).", []string{"reason"}, nil)
@@ -130,16 +154,25 @@ var (
 	dInbound      = prometheus.NewDesc("tetra_inbound_queue_messages", "Sends waiting for the group commit.", nil, nil)
 	dEnqFail      = prometheus.NewDesc("tetra_socket_queue_full_total", "Frames not queued because a connection's outbound queue was full (re-delivered after the lease).", nil, nil)
 	dReloads      = prometheus.NewDesc("tetra_tuning_reloads_total", "Live tuning changes applied from the tuning directory.", nil, nil)
-	dScrapeErrors = prometheus.NewDesc("tetra_scrape_errors_total", "1 when this scrape could not read the outbox (its gauges are missing).", nil, nil)
+	dScrapeErrors = prometheus.NewDesc("tetra_scrape_errors_total", "Scrapes that could not read the outbox (their outbox gauges are missing).", nil, nil)
+
+	dRelayTxns    = prometheus.NewDesc("tetra_relay_transactions_total", "Kafka transactions the outbox relay committed (Kafka backend only).", nil, nil)
+	dRelayRecords = prometheus.NewDesc("tetra_relay_records_total", "Records the outbox relay committed to the outbox topic (one per member per message).", nil, nil)
+	dRelayFails   = prometheus.NewDesc("tetra_relay_failures_total", "Relay sessions that ended in an error and were retried (fenced ones included).", nil, nil)
+	dRelayFenced  = prometheus.NewDesc("tetra_relay_fenced_total", "Relay sessions ended because another process took the transactional id.", nil, nil)
+	dRelayActive  = prometheus.NewDesc("tetra_relay_active", "1 while this process holds the transactional id and relays, else 0 (connecting, retrying or standing by).", nil, nil)
+	dRelayCursor  = prometheus.NewDesc("tetra_relay_cursor", "Last history Seq the relay committed or read as committed (-1 before the first session).", nil, nil)
 )
 
 type scrape struct {
 	snapshot func(ctx context.Context) (Snapshot, error)
+	errors   atomic.Int64
 }
 
 func (s *scrape) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{dConnected, dDeliveries, dShedFast, dAcks, dWithdrawals, dGCDeleted, dGCPasses,
-		dRebuilds, dSafeLine, dDepth, dOldest, dInbound, dEnqFail, dReloads, dScrapeErrors} {
+	for _, d := range []*prometheus.Desc{dConnected, dDeliveries, dShedFast, dAcks, dWithdrawals, dReaped, dGCDeleted, dGCPasses,
+		dRebuilds, dSafeLine, dDepth, dOldest, dInbound, dEnqFail, dReloads, dScrapeErrors,
+		dRelayTxns, dRelayRecords, dRelayFails, dRelayFenced, dRelayActive, dRelayCursor} {
 		ch <- d
 	}
 }
@@ -161,9 +194,10 @@ func (s *scrape) Collect(ch chan<- prometheus.Metric) {
 	c(dDeliveries, float64(st.Redeliveries), "redelivery")
 	c(dShedFast, float64(st.FastShed))
 	c(dAcks, float64(st.Acks))
-	for _, r := range []string{"idle", "overload", "attempts", "superseded", "shutdown"} {
+	for _, r := range []string{"idle", "overload", "attempts", "superseded", "shutdown", "owner-lapsed"} {
 		c(dWithdrawals, float64(st.Withdrawals[r]), r)
 	}
+	c(dReaped, float64(st.OwnersReaped))
 	c(dGCDeleted, float64(st.GCDeleted))
 	c(dGCPasses, float64(st.GCPasses))
 	for _, r := range []string{"cold-start", "identity-changed", "requested"} {
@@ -175,11 +209,23 @@ func (s *scrape) Collect(ch chan<- prometheus.Metric) {
 	g(dInbound, float64(snap.InboundQueued))
 	c(dEnqFail, float64(st.EnqueueFailures))
 	c(dReloads, float64(snap.TuningReloads))
+	if rs := snap.Relay; rs != nil {
+		c(dRelayTxns, float64(rs.Transactions))
+		c(dRelayRecords, float64(rs.Records))
+		c(dRelayFails, float64(rs.Failures))
+		c(dRelayFenced, float64(rs.Fenced))
+		active := 0.0
+		if rs.Active {
+			active = 1
+		}
+		g(dRelayActive, active)
+		g(dRelayCursor, float64(rs.Cursor))
+	}
 	if err != nil {
-		g(dScrapeErrors, 1)
+		c(dScrapeErrors, float64(s.errors.Add(1)))
 		return
 	}
-	g(dScrapeErrors, 0)
+	c(dScrapeErrors, float64(s.errors.Load()))
 	var oldest time.Time
 	for _, o := range snap.Outbox {
 		g(dDepth, float64(o.Depth), strconv.Itoa(int(o.Partition)))

@@ -6,8 +6,11 @@ import (
 	"io"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/tetra-messenger/tetra/workload/delivery"
 	"github.com/tetra-messenger/tetra/workload/outbox"
@@ -62,10 +65,77 @@ func TestExposition(t *testing.T) {
 }
 
 func TestScrapeSurvivesAnUnreachableOutbox(t *testing.T) {
-	m := New(func(context.Context) (Snapshot, error) { return Snapshot{}, errors.New("down") })
+	var down atomic.Bool
+	down.Store(true)
+	m := New(func(context.Context) (Snapshot, error) {
+		if down.Load() {
+			return Snapshot{}, errors.New("down")
+		}
+		return Snapshot{Outbox: []outbox.Stats{{Partition: 0, Depth: 2}}}, nil
+	})
 	out := scrapeText(t, m)
 	if !strings.Contains(out, "tetra_scrape_errors_total 1") || strings.Contains(out, "tetra_outbox_depth_rows{") {
 		t.Fatalf("an unreachable outbox must be flagged and its gauges left out:\n%s", grep(out, "tetra_"))
+	}
+	// A counter: it keeps counting failed scrapes and never goes back.
+	out = scrapeText(t, m)
+	if !strings.Contains(out, "tetra_scrape_errors_total 2") || !strings.Contains(out, "# TYPE tetra_scrape_errors_total counter") {
+		t.Fatalf("second failed scrape:\n%s", grep(out, "scrape_errors"))
+	}
+	down.Store(false)
+	out = scrapeText(t, m)
+	if !strings.Contains(out, "tetra_scrape_errors_total 2") || !strings.Contains(out, `tetra_outbox_depth_rows{partition="0"} 2`) {
+		t.Fatalf("after recovery the counter stays and the gauges return:\n%s", grep(out, "tetra_"))
+	}
+}
+
+func TestRelayMetrics(t *testing.T) {
+	var relay *RelaySnapshot
+	m := New(func(context.Context) (Snapshot, error) { return Snapshot{Relay: relay}, nil })
+	if out := scrapeText(t, m); strings.Contains(out, "tetra_relay_") {
+		t.Fatalf("relay series without a relay (PostgreSQL outbox):\n%s", grep(out, "tetra_relay_"))
+	}
+	relay = &RelaySnapshot{Active: true, Cursor: 1234, Transactions: 17, Records: 51, Failures: 3, Fenced: 1}
+	out := scrapeText(t, m)
+	for _, want := range []string{
+		"# TYPE tetra_relay_transactions_total counter",
+		"tetra_relay_transactions_total 17",
+		"# TYPE tetra_relay_records_total counter",
+		"tetra_relay_records_total 51",
+		"# TYPE tetra_relay_failures_total counter",
+		"tetra_relay_failures_total 3",
+		"# TYPE tetra_relay_fenced_total counter",
+		"tetra_relay_fenced_total 1",
+		"# TYPE tetra_relay_active gauge",
+		"tetra_relay_active 1",
+		"# TYPE tetra_relay_cursor gauge",
+		"tetra_relay_cursor 1234",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("exposition lacks %q:\n%s", want, grep(out, "tetra_relay_"))
+		}
+	}
+	relay = &RelaySnapshot{Cursor: -1}
+	out = scrapeText(t, m)
+	if !strings.Contains(out, "tetra_relay_active 0") || !strings.Contains(out, "tetra_relay_cursor -1") {
+		t.Errorf("standby relay:\n%s", grep(out, "tetra_relay_"))
+	}
+}
+
+// TestLint: every exposed metric follows the Prometheus naming
+// conventions (units, _total on counters and only on counters).
+func TestLint(t *testing.T) {
+	m := New(func(context.Context) (Snapshot, error) {
+		return Snapshot{Relay: &RelaySnapshot{Active: true}, Outbox: []outbox.Stats{{Partition: 0, Depth: 1}}}, nil
+	})
+	problems, err := testutil.GatherAndLint(m.Registry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		if strings.HasPrefix(p.Metric, "tetra_") {
+			t.Errorf("%s: %s", p.Metric, p.Text)
+		}
 	}
 }
 

@@ -95,6 +95,13 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 	if _, err := s.index.Stats(ctx); err != nil {
 		checks["index"], status = err.Error(), http.StatusServiceUnavailable
 	}
+	if s.kafkaLog != nil {
+		// The outbox topic's head: a metadata and a ListOffsets round trip.
+		checks["outbox"] = "ok"
+		if _, err := s.outbox.Head(ctx, 0); err != nil {
+			checks["outbox"], status = err.Error(), http.StatusServiceUnavailable
+		}
+	}
 	writeJSON(w, status, checks)
 }
 

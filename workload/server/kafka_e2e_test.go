@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"fmt"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -58,7 +59,23 @@ func TestE2EKafkaOutageAndRestart(t *testing.T) {
 
 	deliver("before", send("before", 2)...)
 
+	ready := func() (int, string) { // not e.call: a 503 is the point here
+		resp, err := e.http.Get(e.srv.URL() + "/readyz")
+		if err != nil {
+			t.Fatalf("GET /readyz: %v", err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	if st, body := ready(); st != 200 || !strings.Contains(body, `"outbox":"ok"`) {
+		t.Fatalf("/readyz before the outage = %d %s, want 200 with the outbox ok", st, body)
+	}
 	fk.Cut()
+	eventually(t, waitLong, "/readyz to report the unreachable outbox", func() bool {
+		st, body := ready()
+		return st == 503 && !strings.Contains(body, `"outbox":"ok"`)
+	})
 	txns := e.srv.Relay().Stats().Transactions
 	during := send("during-outage", 5) // accepted: history commits without Kafka
 	bob.expectNone("live delivery while the brokers are unreachable", isType("message"), quiet)
@@ -67,6 +84,7 @@ func TestE2EKafkaOutageAndRestart(t *testing.T) {
 	}
 	fk.Restore()
 	deliver("after the outage", during...)
+	eventually(t, waitLong, "/readyz to recover", func() bool { st, _ := ready(); return st == 200 })
 
 	fk.Restart()
 	deliver("after the restart", send("after-restart", 3)...)

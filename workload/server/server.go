@@ -222,7 +222,13 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s.seen = map[string]struct{}{}
 	s.metrics = metrics.New(func(ctx context.Context) (metrics.Snapshot, error) {
 		st, err := s.Stats(ctx)
-		return metrics.Snapshot{Delivery: st.Delivery, Outbox: st.Outbox, InboundQueued: st.InboundQueued, TuningReloads: s.tuningReloads.Load()}, err
+		snap := metrics.Snapshot{Delivery: st.Delivery, Outbox: st.Outbox, InboundQueued: st.InboundQueued, TuningReloads: s.tuningReloads.Load()}
+		if s.relay != nil {
+			rs := s.relay.Stats()
+			snap.Relay = &metrics.RelaySnapshot{Active: rs.Active, Cursor: rs.Cursor, Transactions: rs.Transactions,
+				Records: rs.Records, Failures: rs.Failures, Fenced: rs.Fenced}
+		}
+		return snap, err
 	})
 	dcfg := cfg.Delivery
 	dcfg.OnDelivered = s.metrics.Delivered
@@ -332,9 +338,36 @@ func (s *Server) openStores(ctx context.Context) error {
 		closeStore()
 		return fmt.Errorf("server: --index %q: supported: memory (default), redis://host:6379/0, rediss://..., sentinel (with --index-sentinel-addrs and --index-sentinel-master)", redact(idx))
 	}
+	if db, ok := s.store.(*postgres.DB); ok {
+		if err := s.lockInstance(ctx, db); err != nil {
+			s.closer()
+			return err
+		}
+	}
 	if s.cfg.WrapStore != nil {
 		s.store = s.cfg.WrapStore(s.store)
 	}
+	return nil
+}
+
+// lockInstance refuses to run an in-process index next to another process
+// on the same PostgreSQL database (its GC would delete rows the other's
+// clients have not acknowledged, and theirs its own), and refuses a shared
+// index next to an in-process one; processes on a shared (Redis) index may
+// be many. The lock is released when the store closes.
+func (s *Server) lockInstance(ctx context.Context, db *postgres.DB) error {
+	exclusive := s.indexKind == "memory"
+	release, err := db.LockInstance(ctx, exclusive)
+	switch {
+	case errors.Is(err, postgres.ErrInstanceLocked) && exclusive:
+		return fmt.Errorf("server: another tetra process already uses the PostgreSQL database at %s; with the in-process index (--index memory) a database serves one process only: stop the other one, or run every process with a shared --index redis://host:6379/0", redact(s.cfg.Store))
+	case errors.Is(err, postgres.ErrInstanceLocked):
+		return fmt.Errorf("server: a tetra process with the in-process index (--index memory) already uses the PostgreSQL database at %s and must be the only one; stop it, or give it --index redis:// too", redact(s.cfg.Store))
+	case err != nil:
+		return fmt.Errorf("server: PostgreSQL store at %s: %w", redact(s.cfg.Store), err)
+	}
+	closeRest := s.closer
+	s.closer = func() error { err := closeRest(); release(); return err }
 	return nil
 }
 

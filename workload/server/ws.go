@@ -182,6 +182,11 @@ func (c *session) run() {
 	m, err := s.engine.Register(rctx, c)
 	rcancel()
 	go c.writer(ctx)
+	if errors.Is(err, delivery.ErrSuperseded) {
+		c.Close(protocol.CloseSuperseded, "superseded by a newer connection of the same device")
+		<-c.writerGone
+		return
+	}
 	if err != nil {
 		s.log.Warn("connection refused: live delivery unavailable", "user", c.user, "err", err)
 		c.Close(int(websocket.StatusTryAgainLater), "live delivery unavailable, retry")

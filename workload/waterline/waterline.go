@@ -116,3 +116,58 @@ type Index interface {
 	// Stats counts clients and pending entries.
 	Stats(ctx context.Context) (Stats, error)
 }
+
+// Claim says that connection ConnID of (User, Device), registered by the
+// process Owner, is that device's newest connection (PROTOCOL.md §3: single
+// active session per (user, device)).
+type Claim struct {
+	User, Device, ConnID, Owner string
+	// Epoch orders the claims of one device: every claim gets an epoch
+	// greater than every earlier claim of the same device.
+	Epoch int64
+}
+
+// Fleet is implemented by an index that several processes share (Redis).
+// It carries what the processes of one deployment tell each other: which
+// connection of a device is newest, that new outbox rows were committed,
+// and which processes are alive. The in-process index does not implement
+// it: it serves exactly one process.
+type Fleet interface {
+	// Owner names this process in the index.
+	Owner() string
+	// Claim records connID as the newest connection of (user, device),
+	// returns the claim with its epoch and announces it to the other
+	// processes (Subscribe's onClaim). Announcing is best effort; the
+	// epoch is recorded atomically with it.
+	Claim(ctx context.Context, user, device, connID string) (Claim, error)
+	// LatestEpoch returns the epoch of the newest claim of (user, device)
+	// still remembered, or 0.
+	LatestEpoch(ctx context.Context, user, device string) (int64, error)
+	// Wake tells the other processes that outbox rows were committed, so
+	// their pollers scan now instead of at the next poll interval. Best
+	// effort: a lost wake-up costs one poll interval of latency.
+	Wake(ctx context.Context) error
+	// Subscribe calls onClaim and onWake for the claims and wake-ups of
+	// the other processes (never this one's) until ctx ends, reconnecting
+	// after errors. The callbacks run on one goroutine and must not block.
+	// It returns once subscribed (or with the error that prevented it).
+	Subscribe(ctx context.Context, onClaim func(Claim), onWake func()) error
+	// Heartbeat marks this owner alive for ttl. It reports reaped = true
+	// when another process found this owner's liveness lapsed and removed
+	// its state (ReapDead) since the last Heartbeat: every registration of
+	// this process is gone from the index and the caller must treat its
+	// connections as withdrawn.
+	Heartbeat(ctx context.Context, ttl time.Duration) (reaped bool, err error)
+	// ReapDead removes, as Reset would for them, the state of every owner
+	// that heartbeat at least once and whose liveness lapsed: their
+	// registrations, pending sets, pins, leases, holds and primed flag. It
+	// returns the owners reaped. Owners that never called Heartbeat are
+	// never reaped.
+	ReapDead(ctx context.Context) ([]string, error)
+	// Laggards returns the live owners (those whose heartbeat has not
+	// lapsed) whose primed flag is missing or records an identity other
+	// than identity. While any exists, some process's pins may be missing
+	// from the index (it has not rebuilt since a flush or a failover), so
+	// no process may delete below the safe line.
+	Laggards(ctx context.Context, identity string) ([]string, error)
+}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -23,7 +24,10 @@ func loadgenCmd(args []string, stdout, stderr io.Writer) error {
 	def := loadgen.DefaultConfig()
 	fs.Usage = usageWithEnv(fs, "tetra loadgen [flags]   (the server knobs apply to the server the run starts)\n       tetra loadgen sweep [flags]   (a table of configurations; see tetra loadgen sweep --help)")
 	build := serverFlags(fs, false) // the knobs of the server the run starts
-	url := fs.String("url", "", "target a running server instead of starting one (needs TETRA_JWT_SECRET)")
+	url := fs.String("url", "", "target a running server instead of starting one, or a comma-separated list of the base URLs\n"+
+		"of a running fleet sharing one store and index (needs TETRA_JWT_SECRET, the same for all)")
+	replicas := fs.Int("replicas", 1, "server processes to start, sharing --store and --index (> 1 needs --store postgres://... and\n"+
+		"--index redis://...); each gets its own --index-owner and the run's --index-prefix, clients are spread round-robin")
 	clients := fs.Int("clients", def.Clients, "WebSocket clients (one user each)")
 	group := fs.Int("group-size", def.GroupSize, "members per chat: 2 = pairs in direct chats, more = group chats")
 	rate := fs.Float64("rate", def.Rate, "total messages per second")
@@ -45,7 +49,7 @@ func loadgenCmd(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	cfg := loadgen.Config{URL: *url, Secret: os.Getenv("TETRA_JWT_SECRET"), InProcess: *inProcess, Server: scfg,
+	cfg := loadgen.Config{URL: *url, Secret: os.Getenv("TETRA_JWT_SECRET"), InProcess: *inProcess, Replicas: *replicas, Server: scfg,
 		Clients: *clients, GroupSize: *group, Rate: *rate, Duration: *duration, Drain: *drain, BodyBytes: *body,
 		StuckShare: *stuck, SlowShare: *slow, SlowAckDelay: *slowDelay}
 	if !*quiet {
@@ -61,7 +65,7 @@ func loadgenCmd(args []string, stdout, stderr io.Writer) error {
 	fmt.Fprint(stdout, rep.String())
 	fmt.Fprintf(stdout, "%-24s %v\n", "wall time", time.Since(start).Round(time.Second))
 	if !rep.OK() {
-		return fmt.Errorf("%d accepted deliveries lost", rep.Lost)
+		return fmt.Errorf("loadgen: %s", strings.Join(rep.Problems(), "; "))
 	}
 	return nil
 }
@@ -90,6 +94,7 @@ func sweepCmd(args []string, stdout, stderr io.Writer) error {
 	slow := fs.Float64("slow-share", 0, "share of late-acking clients in every row (a row's slowShare wins)")
 	slowDelay := fs.Duration("slow-ack-delay", 2*time.Second, "ack delay of the slow clients")
 	inProcess := fs.Bool("in-process", false, "run the servers inside this process (no server RSS/CPU)")
+	replicas := fs.Int("replicas", 1, "server processes per row, sharing --store and --index (> 1 needs --store postgres://... and --index redis://...)")
 	quiet := fs.Bool("quiet", false, "no progress lines")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -127,7 +132,7 @@ func sweepCmd(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	base := def
-	base.Server, base.InProcess, base.Drain = scfg, *inProcess, *drain
+	base.Server, base.InProcess, base.Drain, base.Replicas = scfg, *inProcess, *drain, *replicas
 	base.StuckShare, base.SlowShare, base.SlowAckDelay = *stuck, *slow, *slowDelay
 	if *printTable {
 		for i, r := range tab.Rows {

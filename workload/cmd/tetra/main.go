@@ -159,6 +159,7 @@ func serverFlags(fs *flag.FlagSet, listen bool) func() (server.Config, error) {
 	fs.IntVar(&cfg.Ingest.MaxBatch, "commit-max-batch", 288, "group commit: most messages per transaction when a backlog is already queued")
 	fs.IntVar(&cfg.Delivery.FastQueue, "fast-queue", 8000, "fast-path queue; when full, delivery falls back to the poller")
 	fs.IntVar(&cfg.Delivery.Concurrency, "delivery-concurrency", 32, "fast-path delivery workers")
+	fs.DurationVar(&cfg.Delivery.OwnerTTL, "owner-ttl", 30*time.Second, "with a Redis index: how long this process stays alive there without a heartbeat; after it, other processes reap its connections' pins")
 	fs.IntVar(&cfg.MaxConns, "max-conns", cfg.MaxConns, "WebSocket connections in total")
 	fs.IntVar(&cfg.MaxConnsPerUser, "max-conns-per-user", cfg.MaxConnsPerUser, "WebSocket connections per user")
 	origins := fs.String("allowed-origins", "", "comma-separated extra Origin host patterns allowed to open sockets")

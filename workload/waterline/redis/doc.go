@@ -22,6 +22,11 @@
 //	holds:<p>              zset  owner NUL holder, score = pos
 //	holdexp:<p>            zset  owner NUL holder, score = expiry, Unix ms by Redis TIME
 //	holdparts              set   partitions that ever had a hold
+//	owners                 set   owners that heartbeat (the fleet, see below)
+//	alive:<owner>          str   present while the owner's heartbeat is fresh (PX = owner TTL)
+//	reaped:<owner>         str   tombstone: another process reaped this owner (PX 1 h)
+//	dev:<user> NUL <dev>   str   the device's newest claim epoch, Redis TIME in µs (PX 24 h)
+//	fleet                  chan  pub/sub: "c"+JSON claim, "w"+owner wake-up
 //
 // The pending set is split per partition so that each pin is one ZRANGE 0 0;
 // an SQL outbox has only partition 0, so it is the paper's single set.
@@ -47,6 +52,24 @@
 // (replicated or behind Sentinel), not Redis Cluster. New refuses a server
 // whose maxmemory-policy may evict keys without a TTL: an evicted pin would
 // be a silent over-delete.
+//
+// The fleet (waterline.Fleet; fleet.go). Processes sharing a prefix tell
+// each other three things through the same Redis. A new connection claims
+// its (user, device): one script raises the device's epoch (from the
+// server's TIME, never backwards) and PUBLISHes the claim, so the process
+// holding the older connection closes it (4001). A commit PUBLISHes a
+// wake-up, so every other process's poller scans at once. And every process
+// heartbeats alive:<owner>; a GC pass of any process reaps (resetOwner, as
+// Reset does) every listed owner whose alive key expired, so a crashed
+// process's pins stop holding the outbox after the owner TTL instead of the
+// 26 h backstop, and leaves a tombstone that tells the reaped process, if it
+// was only stalled, to drop its connections. Laggards lists live owners not
+// primed with the current identity, so that after a failover no process
+// deletes before every process rebuilt. The TTL'd keys (alive, reaped,
+// dev) are the only keys with an expiry: under a volatile-* eviction policy
+// Redis may evict them early, which makes a live owner look dead (it is
+// reaped, drops its connections and rebuilds: safe, but disruptive) —
+// prefer noeviction.
 //
 // Failover. Redis is a cache over the outbox, and a failover can lose
 // writes without losing the primed flag: a replica promoted before it

@@ -65,9 +65,12 @@ type Config struct {
 	// deployment rebuilds and resets only its own connections. Default: a
 	// random ULID. It must not contain a NUL byte and is at most 200 bytes.
 	//
-	// Prefer a stable name (the pod name): the state of an owner that goes
-	// away for good is never reset by anyone, and its pins keep rows until
-	// the outbox age backstop deletes them (see Reset).
+	// Prefer a stable name (the pod name): a restart under the same name
+	// wipes its predecessor's state at once. The state of an owner that
+	// goes away for good is reaped by the other processes once its
+	// heartbeat lapses (waterline.Fleet; package delivery heartbeats), or,
+	// for an owner that never heartbeat, kept until the outbox age
+	// backstop deletes its rows (see Reset).
 	Owner string
 	// Timeout bounds every round trip to Redis (each chunk of a large
 	// Restore has its own); default DefaultTimeout, at least 1ms, at most
@@ -216,8 +219,9 @@ func New(ctx context.Context, cfg Config) (*Index, error) {
 
 // checkEviction refuses a server that may evict keys without a TTL: an
 // evicted pin would lower the safe-delete line and let GC delete rows a
-// client has not acknowledged. The index sets no TTLs, so noeviction and
-// the volatile-* policies are safe.
+// client has not acknowledged. The index sets TTLs only on its liveness and
+// claim keys (see doc.go), so noeviction and the volatile-* policies are
+// safe for the pins.
 func checkEviction(info string) error {
 	f := infoFields(info)
 	policy := f["maxmemory_policy"]

@@ -168,29 +168,95 @@ if best == nil then return false end
 return best
 `)
 
-// resetScript: KEYS = clients, lease, primed, holdparts; ARGV = prefix,
-// owner. Forgets this owner's clients (their pending sets, state, pins),
-// its lease set, its holds and its primed flag. Other owners' state is not
-// touched.
-var resetScript = goredis.NewScript(`
-local pfx, owner = ARGV[1], ARGV[2]
-for _, cid in ipairs(redis.call('HKEYS', KEYS[1])) do
-  for _, part in ipairs(redis.call('SMEMBERS', pfx .. 'parts:' .. cid)) do
-    redis.call('DEL', pfx .. 'pend:' .. cid .. ':' .. part)
-    redis.call('ZREM', pfx .. 'pins:' .. part, cid)
+// resetOwnerLua forgets one owner's clients (their pending sets, state,
+// pins), its lease set, its holds and its primed flag. Other owners' state
+// is not touched. Keys are built from the prefix and the owner.
+const resetOwnerLua = `
+local function resetOwner(pfx, owner)
+  local kc = pfx .. 'clients:' .. owner
+  for _, cid in ipairs(redis.call('HKEYS', kc)) do
+    for _, part in ipairs(redis.call('SMEMBERS', pfx .. 'parts:' .. cid)) do
+      redis.call('DEL', pfx .. 'pend:' .. cid .. ':' .. part)
+      redis.call('ZREM', pfx .. 'pins:' .. part, cid)
+    end
+    redis.call('DEL', pfx .. 'st:' .. cid, pfx .. 'parts:' .. cid)
   end
-  redis.call('DEL', pfx .. 'st:' .. cid, pfx .. 'parts:' .. cid)
-end
-redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
-local mine = owner .. '\0'
-for _, part in ipairs(redis.call('SMEMBERS', KEYS[4])) do
-  local hk, ek = pfx .. 'holds:' .. part, pfx .. 'holdexp:' .. part
-  for _, m in ipairs(redis.call('ZRANGE', hk, 0, -1)) do
-    if string.sub(m, 1, #mine) == mine then
-      redis.call('ZREM', hk, m)
-      redis.call('ZREM', ek, m)
+  redis.call('DEL', kc, pfx .. 'lease:' .. owner, pfx .. 'primed:' .. owner)
+  local mine = owner .. '\0'
+  for _, part in ipairs(redis.call('SMEMBERS', pfx .. 'holdparts')) do
+    local hk, ek = pfx .. 'holds:' .. part, pfx .. 'holdexp:' .. part
+    for _, m in ipairs(redis.call('ZRANGE', hk, 0, -1)) do
+      if string.sub(m, 1, #mine) == mine then
+        redis.call('ZREM', hk, m)
+        redis.call('ZREM', ek, m)
+      end
     end
   end
 end
+`
+
+// resetScript: KEYS = clients, lease, primed, holdparts (declared for
+// tooling; the script builds them from the prefix); ARGV = prefix, owner.
+var resetScript = goredis.NewScript(resetOwnerLua + `
+resetOwner(ARGV[1], ARGV[2])
 return 1
+`)
+
+// claimScript: KEYS = dev:<user> NUL <device>; ARGV = ttlMs, channel, user,
+// device, connID, owner. The epoch is the server's TIME in microseconds,
+// raised above the device's previous epoch if the clock went back; it is
+// stored with the ttl and published with the claim in the same step, so no
+// process can see the key without the announcement having been sent.
+var claimScript = goredis.NewScript(`
+if redis.replicate_commands then pcall(redis.replicate_commands) end
+local t = redis.call('TIME')
+local e = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local prev = tonumber(redis.call('GET', KEYS[1]) or '0')
+if e <= prev then e = prev + 1 end
+local es = string.format('%.0f', e)
+redis.call('SET', KEYS[1], es, 'PX', ARGV[1])
+redis.call('PUBLISH', ARGV[2], 'c' .. cjson.encode({u = ARGV[3], d = ARGV[4], c = ARGV[5], o = ARGV[6], e = es}))
+return es
+`)
+
+// heartbeatScript: KEYS = alive:<owner>, reaped:<owner>, owners; ARGV =
+// owner, ttlMs. Marks the owner alive for ttl and lists it among the owners
+// ReapDead watches. Returns 1 when a tombstone said the owner was reaped
+// since its last heartbeat (and clears it), else 0.
+var heartbeatScript = goredis.NewScript(`
+local reaped = redis.call('DEL', KEYS[2])
+redis.call('SET', KEYS[1], '1', 'PX', ARGV[2])
+redis.call('SADD', KEYS[3], ARGV[1])
+return reaped
+`)
+
+// reapScript: KEYS = owners; ARGV = prefix, tombstoneMs. For every listed
+// owner without a live alive:<owner> key: reset its state (resetOwner),
+// leave a tombstone reaped:<owner> for its next heartbeat, and unlist it.
+// Returns the owners reaped.
+var reapScript = goredis.NewScript(resetOwnerLua + `
+local pfx = ARGV[1]
+local out = {}
+for _, owner in ipairs(redis.call('SMEMBERS', KEYS[1])) do
+  if redis.call('EXISTS', pfx .. 'alive:' .. owner) == 0 then
+    resetOwner(pfx, owner)
+    redis.call('SET', pfx .. 'reaped:' .. owner, '1', 'PX', ARGV[2])
+    redis.call('SREM', KEYS[1], owner)
+    out[#out+1] = owner
+  end
+end
+return out
+`)
+
+// laggardsScript: KEYS = owners; ARGV = prefix, identity. Returns the listed
+// owners that are alive and whose primed flag is absent or differs from
+// identity.
+var laggardsScript = goredis.NewScript(`
+local pfx, out = ARGV[1], {}
+for _, owner in ipairs(redis.call('SMEMBERS', KEYS[1])) do
+  if redis.call('EXISTS', pfx .. 'alive:' .. owner) == 1 and redis.call('GET', pfx .. 'primed:' .. owner) ~= ARGV[2] then
+    out[#out+1] = owner
+  end
+end
+return out
 `)

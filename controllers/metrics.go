@@ -1,0 +1,90 @@
+package controllers
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+)
+
+// Reconcile outcomes, the values of tetra_operator_reconciles_total's
+// outcome label. Every call of Reconcile counts exactly once.
+const (
+	// OutcomeReady: children applied, Ready=True, not Degraded.
+	OutcomeReady = "ready"
+	// OutcomeProgressing: children applied, not Degraded, Ready=False
+	// (a rollout under way or replicas not ready yet).
+	OutcomeProgressing = "progressing"
+	// OutcomeDegraded: Degraded=True on something the operator waits out
+	// (SecretMissing, RedisUnreachable, RedisNoMaster,
+	// RedisSeveralMasters); children are applied when they can be.
+	OutcomeDegraded = "degraded"
+	// OutcomeRefused: the operator refuses to render the Messenger
+	// (NameConflict, InvalidName, InvalidSpec) until a human acts.
+	OutcomeRefused = "refused"
+	// OutcomeError: the reconcile returned an error and is retried with
+	// backoff (ApplyFailed, API errors).
+	OutcomeError = "error"
+	// OutcomePaused: the tetra.dev/paused annotation is "true".
+	OutcomePaused = "paused"
+	// OutcomeConflict: a status patch lost an optimistic-lock race; run
+	// again shortly on fresh data (not a failure).
+	OutcomeConflict = "conflict"
+	// OutcomeDeleted: the Messenger no longer exists.
+	OutcomeDeleted = "deleted"
+)
+
+// Outcomes lists every outcome label value.
+var Outcomes = []string{OutcomeReady, OutcomeProgressing, OutcomeDegraded, OutcomeRefused,
+	OutcomeError, OutcomePaused, OutcomeConflict, OutcomeDeleted}
+
+// Failover kinds, the values of tetra_operator_redis_failovers_total's kind
+// label: which part of the Redis identity changed.
+const (
+	// FailoverRestart: run_id changed: a new master process (a restart,
+	// or another server now answers at the address).
+	FailoverRestart = "restart"
+	// FailoverPromotion: same run_id, new master_replid: the process was
+	// a replica and has been promoted.
+	FailoverPromotion = "promotion"
+)
+
+// Rebuild methods, the values of tetra_operator_rebuilds_total's method
+// label (status.lastRebuild.method in lower case).
+const (
+	// RebuildEndpoint: every ready pod answered POST /admin/rebuild.
+	RebuildEndpoint = "endpoint"
+	// RebuildRestart: the call was not usable; the pods are rolled with
+	// the new Redis epoch in their template.
+	RebuildRestart = "restart"
+)
+
+// The operator's own metrics, registered on controller-runtime's registry
+// (served by the manager's metrics endpoint beside controller_runtime_*).
+var (
+	ReconcilesTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tetra_operator_reconciles_total",
+		Help: "Messenger reconciles by outcome (ready, progressing, degraded, refused, error, paused, conflict, deleted).",
+	}, []string{"outcome"})
+	RedisFailoversTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tetra_operator_redis_failovers_total",
+		Help: "Confirmed Redis identity changes the operator acted on, by kind (restart: new run_id; promotion: same run_id, new master_replid).",
+	}, []string{"kind"})
+	RebuildsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tetra_operator_rebuilds_total",
+		Help: "Waterline index rebuilds the operator caused after a Redis failover, by method (endpoint: POST /admin/rebuild; restart: pods rolled).",
+	}, []string{"method"})
+)
+
+func init() {
+	ctrlmetrics.Registry.MustRegister(ReconcilesTotal, RedisFailoversTotal, RebuildsTotal)
+	// Every series exists from the start, at 0, so rate() and absent()
+	// behave before the first event.
+	for _, o := range Outcomes {
+		ReconcilesTotal.WithLabelValues(o)
+	}
+	for _, k := range []string{FailoverRestart, FailoverPromotion} {
+		RedisFailoversTotal.WithLabelValues(k)
+	}
+	for _, m := range []string{RebuildEndpoint, RebuildRestart} {
+		RebuildsTotal.WithLabelValues(m)
+	}
+}

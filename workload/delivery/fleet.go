@@ -1,0 +1,197 @@
+package delivery
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/tetra-messenger/tetra/workload/protocol"
+	"github.com/tetra-messenger/tetra/workload/waterline"
+)
+
+// ErrSuperseded is returned by Register when a newer connection of the same
+// (user, device) already claimed the device (on this or another process):
+// the caller closes the socket with 4001 (PROTOCOL.md §3).
+var ErrSuperseded = errors.New("delivery: superseded by a newer connection of the same device")
+
+// ReasonOwnerLapsed counts connections closed because this process's
+// liveness in a shared index lapsed and another process reaped its state.
+const ReasonOwnerLapsed = "owner-lapsed"
+
+// The fleet: when the index is shared by several processes (it implements
+// waterline.Fleet, as the Redis index does), the engine
+//
+//   - claims every new connection's device in the index and closes its own
+//     older connection of a device another process claimed later (4001);
+//   - publishes a wake-up after every hand-off, and runs its poller at once
+//     when another process publishes one, so a message accepted on one
+//     process reaches a recipient on another without waiting for the poll
+//     interval;
+//   - heartbeats its owner (Config.OwnerTTL) and, in every GC pass, reaps
+//     the state of owners whose heartbeat lapsed (a crashed process), so
+//     their pins stop holding the outbox long before the age backstop; a
+//     process that learns it was reaped closes its connections (1001), and
+//     its clients recover from history;
+//   - deletes nothing while any live owner has not rebuilt its part of the
+//     index since the index's identity changed (Fleet.Laggards), nor within
+//     OwnerTTL/2 of first seeing an identity, so that every live owner had a
+//     heartbeat to list itself.
+
+func (e *Engine) startFleet(ctx context.Context) error {
+	f, ok := e.idx.(waterline.Fleet)
+	if !ok {
+		return nil
+	}
+	e.fleet = f
+	// A tombstone left from a previous run of this owner says nothing
+	// about this run, which has no connections yet.
+	if _, err := f.Heartbeat(ctx, e.cfg.OwnerTTL); err != nil {
+		return err
+	}
+	return nil
+}
+
+// runFleet subscribes to the other processes' claims and wake-ups and
+// starts publishing this one's wake-ups; rctx ends them. (The heartbeat
+// loop starts earlier, in Start.)
+func (e *Engine) runFleet(rctx context.Context) error {
+	if e.fleet == nil {
+		return nil
+	}
+	if err := e.fleet.Subscribe(rctx, e.onClaim, e.wakePoller); err != nil {
+		return err
+	}
+	e.wg.Add(1)
+	go e.wakeLoop(rctx)
+	return nil
+}
+
+// onClaim closes this process's connection of a device that another
+// process claimed later. It runs on the subscriber goroutine.
+func (e *Engine) onClaim(c waterline.Claim) {
+	e.mu.RLock()
+	m := e.byUser[c.User][c.Device]
+	e.mu.RUnlock()
+	if m == nil || m.client.ID == c.ConnID || m.epoch >= c.Epoch {
+		return
+	}
+	go e.withdraw(m, protocol.CloseSuperseded, "superseded by a newer connection of the same device", ReasonSuperseded)
+}
+
+// publishWake asks the wake loop to tell the other processes that rows
+// were committed. It never blocks; wake-ups coalesce.
+func (e *Engine) publishWake() {
+	if e.fleet == nil {
+		return
+	}
+	select {
+	case e.wakeOut <- struct{}{}:
+	default:
+	}
+}
+
+func (e *Engine) wakeLoop(ctx context.Context) {
+	defer e.wg.Done()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-e.wakeOut:
+		}
+		cctx, cancel := context.WithTimeout(ctx, e.cfg.StoreTimeout)
+		if err := e.fleet.Wake(cctx); err != nil && ctx.Err() == nil {
+			e.logger.Debug("fleet: publish wake-up", "err", err)
+		}
+		cancel()
+	}
+}
+
+func (e *Engine) heartbeatLoop(ctx context.Context) {
+	defer e.wg.Done()
+	ticker := time.NewTicker(e.cfg.OwnerTTL / 3)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		case <-e.beatNow:
+		}
+		e.heartbeat(ctx)
+	}
+}
+
+// heartbeat refreshes this owner's liveness. When another process reaped
+// this owner meanwhile, every registration is gone from the index: the
+// connections are closed with 1001 so their clients reconnect and recover
+// from history, and the next GC pass rebuilds (the primed flag went too).
+func (e *Engine) heartbeat(ctx context.Context) {
+	cctx, cancel := context.WithTimeout(ctx, e.cfg.StoreTimeout)
+	reaped, err := e.fleet.Heartbeat(cctx, e.cfg.OwnerTTL)
+	cancel()
+	if err != nil {
+		if ctx.Err() == nil {
+			e.logger.Warn("fleet: heartbeat failed; other processes reap this one's state if it lapses", "err", err)
+		}
+		return
+	}
+	if !reaped {
+		return
+	}
+	e.logger.Error("fleet: this process's liveness lapsed and another process reaped its index state; closing every connection so clients recover from history", "owner", e.fleet.Owner())
+	e.mu.RLock()
+	ms := make([]*Member, 0, len(e.byID))
+	for _, m := range e.byID {
+		ms = append(ms, m)
+	}
+	e.mu.RUnlock()
+	for _, m := range ms {
+		e.withdraw(m, protocol.CloseGoingAway, "this server lost its lease on the delivery index; reconnect", ReasonOwnerLapsed)
+	}
+}
+
+// checkReaped asks the heartbeat loop to run now (a registered member was
+// unknown to the index: this owner may have been reaped).
+func (e *Engine) checkReaped() {
+	select {
+	case e.beatNow <- struct{}{}:
+	default:
+	}
+}
+
+// fleetMayDelete reaps dead owners and reports whether GC may delete: no
+// live owner lags behind the index's current identity, and this process
+// has seen that identity for at least OwnerTTL.
+func (e *Engine) fleetMayDelete(ctx context.Context, identity string) (bool, error) {
+	if e.fleet == nil {
+		return true, nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, e.cfg.StoreTimeout)
+	defer cancel()
+	reaped, err := e.fleet.ReapDead(cctx)
+	if err != nil {
+		return false, err
+	}
+	if len(reaped) > 0 {
+		e.logger.Warn("fleet: reaped the index state of processes whose heartbeat lapsed", "owners", reaped)
+		e.statMu.Lock()
+		e.stats.OwnersReaped += int64(len(reaped))
+		e.statMu.Unlock()
+	}
+	now := e.now()
+	if identity != e.seenIdentity {
+		e.seenIdentity, e.seenSince = identity, now
+	}
+	if now.Sub(e.seenSince) < e.cfg.OwnerTTL/2 {
+		return false, nil
+	}
+	lag, err := e.fleet.Laggards(cctx, identity)
+	if err != nil {
+		return false, err
+	}
+	if len(lag) > 0 {
+		e.logger.Info("fleet: GC waits for processes that have not rebuilt their part of the index", "owners", lag)
+		return false, nil
+	}
+	return true, nil
+}

@@ -1,0 +1,169 @@
+package redis
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/tetra-messenger/tetra/workload/waterline"
+)
+
+// Fleet timings.
+const (
+	// ClaimTTL is how long a device's newest epoch is remembered after its
+	// last connection; a claim after that starts again from the server's
+	// clock, which still orders it after any claim of the last day.
+	ClaimTTL = 24 * time.Hour
+	// tombstoneTTL is how long a reaped owner's tombstone waits for the
+	// owner's next heartbeat.
+	tombstoneTTL = time.Hour
+)
+
+var _ waterline.Fleet = (*Index)(nil)
+
+func (x *Index) kDevice(user, device string) string {
+	return x.cfg.Prefix + "dev:" + user + "\x00" + device
+}
+func (x *Index) kChannel() string { return x.cfg.Prefix + "fleet" }
+
+// Claim implements waterline.Fleet: one script stores the device's new
+// epoch and publishes the claim on the fleet channel.
+func (x *Index) Claim(ctx context.Context, user, device, connID string) (waterline.Claim, error) {
+	cctx, cancel := x.call(ctx)
+	defer cancel()
+	res, err := claimScript.Run(cctx, x.rdb, []string{x.kDevice(user, device)},
+		ClaimTTL.Milliseconds(), x.kChannel(), user, device, connID, x.cfg.Owner).Text()
+	if err != nil {
+		return waterline.Claim{}, unavailable("claim", err)
+	}
+	epoch, err := strconv.ParseInt(res, 10, 64)
+	if err != nil {
+		return waterline.Claim{}, fmt.Errorf("redis: claim: epoch %q: %w", res, err)
+	}
+	return waterline.Claim{User: user, Device: device, ConnID: connID, Owner: x.cfg.Owner, Epoch: epoch}, nil
+}
+
+// LatestEpoch implements waterline.Fleet.
+func (x *Index) LatestEpoch(ctx context.Context, user, device string) (int64, error) {
+	cctx, cancel := x.call(ctx)
+	defer cancel()
+	v, err := x.rdb.Get(cctx, x.kDevice(user, device)).Int64()
+	if err == goredis.Nil {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, unavailable("latest epoch", err)
+	}
+	return v, nil
+}
+
+// Wake implements waterline.Fleet with one PUBLISH naming this owner.
+func (x *Index) Wake(ctx context.Context) error {
+	cctx, cancel := x.call(ctx)
+	defer cancel()
+	if err := x.rdb.Publish(cctx, x.kChannel(), "w"+x.cfg.Owner).Err(); err != nil {
+		return unavailable("wake", err)
+	}
+	return nil
+}
+
+type claimMsg struct {
+	U, D, C, O, E string
+}
+
+// Subscribe implements waterline.Fleet over Redis pub/sub. go-redis
+// resubscribes after a lost connection; messages published meanwhile are
+// lost (pub/sub keeps nothing), which costs a poll interval of latency for
+// a wake-up and leaves a superseded socket open until its idle or pending
+// reaper closes it (or its client goes away).
+func (x *Index) Subscribe(ctx context.Context, onClaim func(waterline.Claim), onWake func()) error {
+	ps := x.rdb.Subscribe(ctx, x.kChannel())
+	cctx, cancel := x.call(ctx)
+	_, err := ps.Receive(cctx) // the subscription confirmation
+	cancel()
+	if err != nil {
+		ps.Close()
+		return unavailable("subscribe", err)
+	}
+	go func() {
+		defer ps.Close()
+		ch := ps.Channel(goredis.WithChannelSize(1024))
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case m, ok := <-ch:
+				if !ok {
+					return
+				}
+				x.dispatch(m.Payload, onClaim, onWake)
+			}
+		}
+	}()
+	return nil
+}
+
+func (x *Index) dispatch(payload string, onClaim func(waterline.Claim), onWake func()) {
+	if payload == "" {
+		return
+	}
+	switch payload[0] {
+	case 'w':
+		if payload[1:] != x.cfg.Owner && onWake != nil {
+			onWake()
+		}
+	case 'c':
+		var m claimMsg
+		if err := json.Unmarshal([]byte(payload[1:]), &m); err != nil || m.O == x.cfg.Owner {
+			return
+		}
+		e, err := strconv.ParseInt(m.E, 10, 64)
+		if err != nil || onClaim == nil {
+			return
+		}
+		onClaim(waterline.Claim{User: m.U, Device: m.D, ConnID: m.C, Owner: m.O, Epoch: e})
+	}
+}
+
+// Heartbeat implements waterline.Fleet.
+func (x *Index) Heartbeat(ctx context.Context, ttl time.Duration) (bool, error) {
+	if ttl < time.Millisecond {
+		return false, fmt.Errorf("redis: heartbeat: ttl %v: want at least 1ms", ttl)
+	}
+	cctx, cancel := x.call(ctx)
+	defer cancel()
+	n, err := heartbeatScript.Run(cctx, x.rdb,
+		[]string{x.cfg.Prefix + "alive:" + x.cfg.Owner, x.cfg.Prefix + "reaped:" + x.cfg.Owner, x.cfg.Prefix + "owners"},
+		x.cfg.Owner, ttl.Milliseconds()).Int64()
+	if err != nil {
+		return false, unavailable("heartbeat", err)
+	}
+	return n == 1, nil
+}
+
+// ReapDead implements waterline.Fleet in one script over every listed owner.
+func (x *Index) ReapDead(ctx context.Context) ([]string, error) {
+	cctx, cancel := x.call(ctx)
+	defer cancel()
+	res, err := reapScript.Run(cctx, x.rdb, []string{x.cfg.Prefix + "owners"},
+		x.cfg.Prefix, tombstoneTTL.Milliseconds()).StringSlice()
+	if err != nil {
+		return nil, unavailable("reap dead owners", err)
+	}
+	return res, nil
+}
+
+// Laggards implements waterline.Fleet in one script.
+func (x *Index) Laggards(ctx context.Context, identity string) ([]string, error) {
+	cctx, cancel := x.call(ctx)
+	defer cancel()
+	res, err := laggardsScript.Run(cctx, x.rdb, []string{x.cfg.Prefix + "owners"}, x.cfg.Prefix, identity).StringSlice()
+	if err != nil {
+		return nil, unavailable("laggards", err)
+	}
+	return res, nil
+}

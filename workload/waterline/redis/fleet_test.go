@@ -1,0 +1,223 @@
+package redis_test
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tetra-messenger/tetra/workload/waterline"
+	"github.com/tetra-messenger/tetra/workload/waterline/redis"
+)
+
+// twoOwners returns two indexes on one prefix, as two processes of one
+// deployment would have.
+func twoOwners(t *testing.T) (a, b *redis.Index, cfg redis.Config) {
+	t.Helper()
+	a, cfg = newIndex(t, func(c *redis.Config) { c.Owner = "pod-a" })
+	cfg.Owner = "pod-b"
+	b, err := redis.New(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return a, b, cfg
+}
+
+// TestClaimsAreOrderedAndAnnounced: every claim of a device gets a larger
+// epoch than the one before, wherever it was made; the other process hears
+// it, the claiming process does not; wake-ups likewise.
+func TestClaimsAreOrderedAndAnnounced(t *testing.T) {
+	ctx := t.Context()
+	a, b, _ := twoOwners(t)
+	var mu sync.Mutex
+	var heardA, heardB []waterline.Claim
+	wakesA, wakesB := 0, 0
+	if err := a.Subscribe(ctx, func(c waterline.Claim) { mu.Lock(); heardA = append(heardA, c); mu.Unlock() },
+		func() { mu.Lock(); wakesA++; mu.Unlock() }); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Subscribe(ctx, func(c waterline.Claim) { mu.Lock(); heardB = append(heardB, c); mu.Unlock() },
+		func() { mu.Lock(); wakesB++; mu.Unlock() }); err != nil {
+		t.Fatal(err)
+	}
+	var last int64
+	for i, x := range []*redis.Index{a, b, a, a, b} {
+		c, err := x.Claim(ctx, "alice", "phone", "conn-"+string(rune('0'+i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Epoch <= last {
+			t.Fatalf("claim %d: epoch %d not above the previous %d", i, c.Epoch, last)
+		}
+		last = c.Epoch
+		got, err := b.LatestEpoch(ctx, "alice", "phone")
+		if err != nil || got != c.Epoch {
+			t.Fatalf("LatestEpoch = %d, %v; want %d", got, err, c.Epoch)
+		}
+	}
+	if got, err := a.LatestEpoch(ctx, "alice", "laptop"); err != nil || got != 0 {
+		t.Fatalf("LatestEpoch of an unclaimed device = %d, %v; want 0", got, err)
+	}
+	if err := a.Wake(ctx); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		mu.Lock()
+		done := len(heardA) == 2 && len(heardB) == 3 && wakesB == 1
+		mu.Unlock()
+		if done {
+			break
+		}
+		if time.Now().After(deadline) {
+			mu.Lock()
+			defer mu.Unlock()
+			t.Fatalf("heard: a %d claims (want 2, b's), b %d claims (want 3, a's), b %d wakes (want 1)", len(heardA), len(heardB), wakesB)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond) // anything more would be an echo
+	mu.Lock()
+	defer mu.Unlock()
+	for _, c := range heardA {
+		if c.Owner != "pod-b" || c.User != "alice" || c.Device != "phone" {
+			t.Errorf("a heard %+v: want only pod-b's claims of alice/phone", c)
+		}
+	}
+	for _, c := range heardB {
+		if c.Owner != "pod-a" {
+			t.Errorf("b heard its own claim %+v", c)
+		}
+	}
+	if len(heardA) != 2 || len(heardB) != 3 || wakesA != 0 || wakesB != 1 {
+		t.Errorf("a: %d claims %d wakes, b: %d claims %d wakes; want 2/0 and 3/1", len(heardA), wakesA, len(heardB), wakesB)
+	}
+}
+
+// TestReapDeadOwner: the pins of a process whose heartbeat lapsed stop
+// holding the safe line once another process reaps it; a live process and
+// a process that never heartbeat are left alone; the reaped process learns
+// it at its next heartbeat.
+func TestReapDeadOwner(t *testing.T) {
+	ctx := t.Context()
+	a, b, cfg := twoOwners(t)
+	lease := time.Now().Add(time.Hour)
+	// pod-a: client at pos 10; pod-b: client at pos 20, heartbeat long.
+	for _, step := range []struct {
+		x   *redis.Index
+		cid string
+		pos int64
+	}{{a, "ca", 10}, {b, "cb", 20}} {
+		if err := step.x.Connect(ctx, waterline.Client{ID: step.cid, User: step.cid, Device: "d", Start: map[int32]int64{0: 0}}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := step.x.Sent(ctx, step.cid, []waterline.Entry{{MessageID: "m" + step.cid, Partition: 0, Pos: step.pos}}, lease); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := a.MarkPrimed(ctx, "id"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Heartbeat(ctx, 300*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Heartbeat(ctx, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	line := func() int64 {
+		t.Helper()
+		l, ok, err := b.SafeLine(ctx, 0)
+		if err != nil || !ok {
+			t.Fatalf("SafeLine = %d, %v, %v", l, ok, err)
+		}
+		return l
+	}
+	if reaped, err := b.ReapDead(ctx); err != nil || len(reaped) != 0 {
+		t.Fatalf("ReapDead while both are alive = %v, %v; want nothing", reaped, err)
+	}
+	if got := line(); got != 10 {
+		t.Fatalf("safe line %d, want pod-a's pin 10", got)
+	}
+	time.Sleep(400 * time.Millisecond) // pod-a's heartbeat lapses
+	reaped, err := b.ReapDead(ctx)
+	if err != nil || !slices.Equal(reaped, []string{"pod-a"}) {
+		t.Fatalf("ReapDead = %v, %v; want [pod-a]", reaped, err)
+	}
+	if got := line(); got != 20 {
+		t.Fatalf("safe line %d after reaping pod-a, want pod-b's pin 20", got)
+	}
+	if st, err := a.State(ctx); err != nil || st.Primed {
+		t.Fatalf("pod-a State after reap = %+v, %v; want unprimed", st, err)
+	}
+	if _, err := a.Ack(ctx, "ca", []string{"mca"}); err == nil {
+		t.Fatal("pod-a's client is still registered after the reap")
+	}
+	if r, err := a.Heartbeat(ctx, time.Minute); err != nil || !r {
+		t.Fatalf("pod-a's next Heartbeat = %v, %v; want reaped", r, err)
+	}
+	if r, err := a.Heartbeat(ctx, time.Minute); err != nil || r {
+		t.Fatalf("pod-a's second Heartbeat = %v, %v; want not reaped (tombstone consumed)", r, err)
+	}
+	// An owner that never heartbeat (an older build) is never reaped.
+	cfg.Owner = "old-build"
+	c, err := redis.New(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.Connect(ctx, waterline.Client{ID: "cc", User: "cc", Device: "d", Start: map[int32]int64{0: 0}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Sent(ctx, "cc", []waterline.Entry{{MessageID: "mcc", Partition: 0, Pos: 5}}, lease); err != nil {
+		t.Fatal(err)
+	}
+	if reaped, err := b.ReapDead(ctx); err != nil || len(reaped) != 0 {
+		t.Fatalf("ReapDead = %v, %v; want nothing (old-build never heartbeat, the others are alive)", reaped, err)
+	}
+	if got := line(); got != 5 {
+		t.Fatalf("safe line %d, want old-build's pin 5", got)
+	}
+}
+
+// TestLaggards: a live owner whose primed flag misses the current identity
+// blocks deletes; a dead one does not.
+func TestLaggards(t *testing.T) {
+	ctx := t.Context()
+	a, b, _ := twoOwners(t)
+	for _, x := range []*redis.Index{a, b} {
+		if _, err := x.Heartbeat(ctx, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := a.MarkPrimed(ctx, "new"); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.MarkPrimed(ctx, "old"); err != nil {
+		t.Fatal(err)
+	}
+	lag, err := a.Laggards(ctx, "new")
+	if err != nil || !slices.Equal(lag, []string{"pod-b"}) {
+		t.Fatalf("Laggards = %v, %v; want [pod-b]", lag, err)
+	}
+	if err := b.MarkPrimed(ctx, "new"); err != nil {
+		t.Fatal(err)
+	}
+	if lag, err := a.Laggards(ctx, "new"); err != nil || len(lag) != 0 {
+		t.Fatalf("Laggards = %v, %v; want none", lag, err)
+	}
+	if err := b.Reset(ctx); err != nil { // unprimed again, and then dies
+		t.Fatal(err)
+	}
+	if _, err := b.Heartbeat(ctx, 50*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if lag, err := a.Laggards(ctx, "new"); err != nil || !slices.Equal(lag, []string{"pod-b"}) {
+		t.Fatalf("Laggards = %v, %v; want [pod-b] (alive, unprimed)", lag, err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if lag, err := a.Laggards(ctx, "new"); err != nil || len(lag) != 0 {
+		t.Fatalf("Laggards = %v, %v; want none (pod-b's heartbeat lapsed)", lag, err)
+	}
+}

@@ -55,11 +55,11 @@ pg() { # pg NAME ARGS...: run on a fresh PostgreSQL database + Redis
 part() { [ -z "$only" ] || [ "$only" = "$1" ]; }
 
 if part sweep; then
-	echo "== the paper's sweep, 600 clients pairwise at 2,000 msg/s, 30 s per row"
-	"$T" loadgen sweep --duration 30s --out "$out/sweep-embedded" >"$out/sweep-embedded.txt" 2>&1
+	echo "== the paper's sweep, 600 clients pairwise at 2,000 msg/s, 60 s per row"
+	"$T" loadgen sweep --out "$out/sweep-embedded" >"$out/sweep-embedded.txt" 2>&1
 	echo "sweep embedded: exit $?"
 	db=$(newdb)
-	"$T" loadgen sweep --duration 30s --store "$(pgurl "$db")" --index "$redis" --out "$out/sweep-postgres" >"$out/sweep-postgres.txt" 2>&1
+	"$T" loadgen sweep --store "$(pgurl "$db")" --index "$redis" --out "$out/sweep-postgres" >"$out/sweep-postgres.txt" 2>&1
 	echo "sweep postgres: exit $?"
 	dropdb "$db"
 fi

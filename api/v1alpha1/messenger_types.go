@@ -96,8 +96,10 @@ type RedisSpec struct {
 	// SecretRef points at the Redis URL (redis:// or rediss://, with
 	// credentials and database), which the pods get as TETRA_INDEX. With
 	// Sentinel the pods get TETRA_INDEX=sentinel and the addresses, and the
-	// URL supplies credentials, database and TLS to the operator's probe
-	// only (its host is ignored).
+	// URL (as TETRA_INDEX_SENTINEL_MASTER_URL) supplies the master's
+	// credentials, database and TLS to the pods and to the operator's
+	// probe; its host is not used to connect. The Sentinels are reached
+	// without credentials.
 	SecretRef URLSecretRef `json:"secretRef"`
 	// Sentinel, when set, finds the master through Redis Sentinel.
 	// +optional

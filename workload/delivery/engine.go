@@ -46,7 +46,8 @@ type Config struct {
 	// OwnerTTL is how long this process stays alive in a shared index
 	// (waterline.Fleet) without a heartbeat; it heartbeats every third of
 	// it, and other processes reap its state once it lapses. GC also waits
-	// OwnerTTL/2 after first seeing an index identity before deleting.
+	// until an index identity was first seen OwnerTTL/2 ago (by any
+	// process) before deleting.
 	// Default 30 s; ignored by an in-process index.
 	OwnerTTL time.Duration
 	// OnDelivered, when set, is called for every first delivery of a
@@ -168,11 +169,9 @@ type Engine struct {
 	nextShard atomic.Uint64
 
 	// The fleet (see fleet.go); nil fleet for an in-process index.
-	fleet        waterline.Fleet
-	wakeOut      chan struct{}
-	beatNow      chan struct{}
-	seenIdentity string    // GC goroutine only
-	seenSince    time.Time // GC goroutine only
+	fleet   waterline.Fleet
+	wakeOut chan struct{}
+	beatNow chan struct{}
 
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup

@@ -34,8 +34,9 @@ const ReasonOwnerLapsed = "owner-lapsed"
 //     its clients recover from history;
 //   - deletes nothing while any live owner has not rebuilt its part of the
 //     index since the index's identity changed (Fleet.Laggards), nor within
-//     OwnerTTL/2 of first seeing an identity, so that every live owner had a
-//     heartbeat to list itself.
+//     OwnerTTL/2 of the first sighting of an identity by any process
+//     (Fleet.IdentityAge), so that after a failover every live owner had a
+//     heartbeat to list itself again.
 
 func (e *Engine) startFleet(ctx context.Context) error {
 	f, ok := e.idx.(waterline.Fleet)
@@ -178,12 +179,12 @@ func (e *Engine) fleetMayDelete(ctx context.Context, identity string) (bool, err
 		e.stats.OwnersReaped += int64(len(reaped))
 		e.statMu.Unlock()
 	}
-	now := e.now()
-	if identity != e.seenIdentity {
-		e.seenIdentity, e.seenSince = identity, now
+	age, err := e.fleet.IdentityAge(cctx, identity)
+	if err != nil {
+		return false, err
 	}
-	if now.Sub(e.seenSince) < e.cfg.OwnerTTL/2 {
-		return false, nil
+	if age < e.cfg.OwnerTTL/2 {
+		return false, nil // a failover (or a new Redis) moments ago
 	}
 	lag, err := e.fleet.Laggards(cctx, identity)
 	if err != nil {

@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
+
 	"github.com/tetra-messenger/tetra/workload/auth"
 	"github.com/tetra-messenger/tetra/workload/config"
 	"github.com/tetra-messenger/tetra/workload/delivery"
@@ -64,6 +66,12 @@ type Config struct {
 	// through Sentinel (Index "sentinel").
 	IndexSentinelAddrs  []string
 	IndexSentinelMaster string
+	// IndexSentinelMasterURL, with Index "sentinel", is a redis:// or
+	// rediss:// URL whose user, password, database and scheme (rediss:
+	// TLS) apply to the master Sentinel names; its host serves only as the
+	// TLS server name. Empty: no credentials, database 0, no TLS. The
+	// Sentinels themselves are reached without credentials.
+	IndexSentinelMasterURL string
 	// JWTSecret signs tokens (TETRA_JWT_SECRET); empty uses the secret
 	// persisted in DataDir.
 	JWTSecret string
@@ -141,6 +149,9 @@ func (c *Config) validate() error {
 	}
 	if err := c.Tuning.Validate(); err != nil {
 		return fmt.Errorf("server: tuning: %w", err)
+	}
+	if c.IndexSentinelMasterURL != "" && c.Index != "sentinel" {
+		return errors.New("server: --index-sentinel-master-url applies only with --index sentinel")
 	}
 	return nil
 }
@@ -326,6 +337,14 @@ func (s *Server) openStores(ctx context.Context) error {
 		rcfg := redisidx.Config{URL: idx, Prefix: s.cfg.IndexPrefix, Owner: owner}
 		if idx == "sentinel" {
 			rcfg.URL, rcfg.SentinelAddrs, rcfg.MasterName = "", s.cfg.IndexSentinelAddrs, s.cfg.IndexSentinelMaster
+			if u := s.cfg.IndexSentinelMasterURL; u != "" {
+				opt, err := goredis.ParseURL(u)
+				if err != nil {
+					closeStore()
+					return fmt.Errorf("server: --index-sentinel-master-url %s: want redis://[user:password@]host[:port][/db] or rediss://...: %w", redact(u), err)
+				}
+				rcfg.Username, rcfg.Password, rcfg.DB, rcfg.TLS = opt.Username, opt.Password, opt.DB, opt.TLSConfig
+			}
 		}
 		ri, err := redisidx.New(ctx, rcfg)
 		if err != nil {

@@ -170,4 +170,10 @@ type Fleet interface {
 	// from the index (it has not rebuilt since a flush or a failover), so
 	// no process may delete below the safe line.
 	Laggards(ctx context.Context, identity string) ([]string, error)
+	// IdentityAge returns how long ago any process first saw identity
+	// (the first call for an identity records it, by the backing server's
+	// clock). Right after a failover every identity is young: processes
+	// whose liveness records the failover lost have not listed themselves
+	// again yet, so Laggards cannot name them.
+	IdentityAge(ctx context.Context, identity string) (time.Duration, error)
 }

@@ -201,8 +201,9 @@ func Env(m *tetrav1.Messenger) []corev1.EnvVar {
 	if r := m.Spec.Redis; r != nil {
 		if s := r.Sentinel; s != nil {
 			// The workload's Sentinel mode: --index sentinel with the
-			// addresses and master name. (It takes no credentials from a
-			// URL there; the Secret's URL serves the operator's probe.)
+			// addresses and master name; the Secret's URL gives the
+			// master's credentials, database and TLS (its host is not
+			// used to connect), as it does to the operator's probe.
 			addrs := make([]string, len(s.Addresses))
 			for i, a := range s.Addresses {
 				addrs[i] = string(a)
@@ -210,7 +211,8 @@ func Env(m *tetrav1.Messenger) []corev1.EnvVar {
 			env = append(env,
 				corev1.EnvVar{Name: "TETRA_INDEX", Value: "sentinel"},
 				corev1.EnvVar{Name: "TETRA_INDEX_SENTINEL_ADDRS", Value: strings.Join(addrs, ",")},
-				corev1.EnvVar{Name: "TETRA_INDEX_SENTINEL_MASTER", Value: s.MasterName})
+				corev1.EnvVar{Name: "TETRA_INDEX_SENTINEL_MASTER", Value: s.MasterName},
+				corev1.EnvVar{Name: "TETRA_INDEX_SENTINEL_MASTER_URL", ValueFrom: fromSecret(r.SecretRef.Name, SecretKey(r.SecretRef.Key, DefaultURLKey))})
 		} else {
 			env = append(env, corev1.EnvVar{Name: "TETRA_INDEX", ValueFrom: fromSecret(r.SecretRef.Name, SecretKey(r.SecretRef.Key, DefaultURLKey))})
 		}

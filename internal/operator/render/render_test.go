@@ -188,6 +188,10 @@ func TestRenderKafkaRedisSentinelReplicas(t *testing.T) {
 	if e["TETRA_INDEX_SENTINEL_ADDRS"].Value != "s1:26379,s2:26379" || e["TETRA_INDEX_SENTINEL_MASTER"].Value != "mymaster" {
 		t.Errorf("sentinel env %v %v", e["TETRA_INDEX_SENTINEL_ADDRS"], e["TETRA_INDEX_SENTINEL_MASTER"])
 	}
+	// The master's credentials come from the Secret's URL, never inline.
+	if got := secretRef(t, e["TETRA_INDEX_SENTINEL_MASTER_URL"]); got != "redis/uri" {
+		t.Errorf("TETRA_INDEX_SENTINEL_MASTER_URL from %s, want redis/uri", got)
+	}
 	if *o.Deployment.Spec.Replicas != 3 || o.Deployment.Spec.Strategy.Type != appsv1.RollingUpdateDeploymentStrategyType {
 		t.Error("replicas or strategy")
 	}
@@ -199,8 +203,12 @@ func TestRenderKafkaRedisSentinelReplicas(t *testing.T) {
 	}
 	// Without Sentinel the index URL comes from the Secret.
 	m.Spec.Redis.Sentinel = nil
-	if got := secretRef(t, env(mustRender(t, m, inputs()).Deployment)["TETRA_INDEX"]); got != "redis/uri" {
+	e = env(mustRender(t, m, inputs()).Deployment)
+	if got := secretRef(t, e["TETRA_INDEX"]); got != "redis/uri" {
 		t.Errorf("TETRA_INDEX from %s", got)
+	}
+	if _, ok := e["TETRA_INDEX_SENTINEL_MASTER_URL"]; ok {
+		t.Error("TETRA_INDEX_SENTINEL_MASTER_URL without Sentinel")
 	}
 }
 

@@ -137,6 +137,8 @@ func serverFlags(fs *flag.FlagSet, listen bool) func() (server.Config, error) {
 	fs.StringVar(&cfg.IndexOwner, "index-owner", "", "this process's name in the Redis index, stable across its restarts (default: the hostname)")
 	sentinels := fs.String("index-sentinel-addrs", "", "comma-separated Sentinel addresses (with --index sentinel)")
 	fs.StringVar(&cfg.IndexSentinelMaster, "index-sentinel-master", "", "Sentinel master name (with --index sentinel)")
+	fs.StringVar(&cfg.IndexSentinelMasterURL, "index-sentinel-master-url", "", "with --index sentinel: redis://[user:password@]host/db (or rediss://) whose credentials,\n"+
+		"database and TLS apply to the master (the host only names the TLS server); prefer the env variable for a password")
 	fs.StringVar(&cfg.TuningDir, "tuning-dir", "", "directory of tuning files (one per key, as a mounted ConfigMap), reloaded live")
 	fs.DurationVar(&t.Lease, "lease", t.Lease, "re-deliver an unacknowledged message after this long")
 	fs.IntVar(&t.MaxDeliveryAttempts, "max-delivery-attempts", t.MaxDeliveryAttempts, "withdraw a client (4002) when a message is due after this many sends")

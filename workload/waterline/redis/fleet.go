@@ -167,3 +167,18 @@ func (x *Index) Laggards(ctx context.Context, identity string) ([]string, error)
 	}
 	return res, nil
 }
+
+// identitySeenTTL is how long an identity's first sighting is remembered
+// after the last IdentityAge call.
+const identitySeenTTL = 7 * 24 * time.Hour
+
+// IdentityAge implements waterline.Fleet.
+func (x *Index) IdentityAge(ctx context.Context, identity string) (time.Duration, error) {
+	cctx, cancel := x.call(ctx)
+	defer cancel()
+	ms, err := identityAgeScript.Run(cctx, x.rdb, []string{x.cfg.Prefix + "idseen:" + identity}, identitySeenTTL.Milliseconds()).Int64()
+	if err != nil {
+		return 0, unavailable("identity age", err)
+	}
+	return time.Duration(ms) * time.Millisecond, nil
+}

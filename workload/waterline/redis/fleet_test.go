@@ -221,3 +221,20 @@ func TestLaggards(t *testing.T) {
 		t.Fatalf("Laggards = %v, %v; want none (pod-b's heartbeat lapsed)", lag, err)
 	}
 }
+
+// TestIdentityAge: the first sighting of an identity is recorded once, by
+// the server's clock, for every process; a new identity starts again.
+func TestIdentityAge(t *testing.T) {
+	ctx := t.Context()
+	a, b, _ := twoOwners(t)
+	if age, err := a.IdentityAge(ctx, "id-1"); err != nil || age > time.Second {
+		t.Fatalf("first sighting: age %v, %v; want about 0", age, err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if age, err := b.IdentityAge(ctx, "id-1"); err != nil || age < 250*time.Millisecond {
+		t.Fatalf("another process, later: age %v, %v; want at least 250ms", age, err)
+	}
+	if age, err := b.IdentityAge(ctx, "id-2"); err != nil || age > time.Second {
+		t.Fatalf("a new identity: age %v, %v; want about 0", age, err)
+	}
+}

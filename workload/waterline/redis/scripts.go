@@ -260,3 +260,13 @@ for _, owner in ipairs(redis.call('SMEMBERS', KEYS[1])) do
 end
 return out
 `)
+
+// identityAgeScript: KEYS = idseen:<identity>; ARGV = ttlMs. Records the
+// server's TIME (ms) the first time an identity is seen (kept ttl after the
+// last call) and returns the milliseconds since.
+var identityAgeScript = goredis.NewScript(timeLua + `
+local first = tonumber(redis.call('GET', KEYS[1]) or '')
+if first == nil then first = now end
+redis.call('SET', KEYS[1], string.format('%.0f', first), 'PX', ARGV[1])
+return now - first
+`)

@@ -9,7 +9,8 @@
 # Needs PostgreSQL (TETRA_BENCH_PG_ADMIN, default postgres://postgres@127.0.0.1:5432/postgres)
 # and Redis (TETRA_BENCH_REDIS, default redis://127.0.0.1:6379/0). Each
 # PostgreSQL run gets a database of its own, dropped afterwards.
-# BENCH_ONLY=sweep|ladder|clients|groups|replicas runs one part.
+# BENCH_ONLY="sweep-embedded sweep-postgres sweep-misbehaving ladder clients groups replicas"
+# (any subset, space-separated) runs only those parts.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-results/$(date +%Y%m%d-%H%M)}
@@ -52,21 +53,30 @@ pg() { # pg NAME ARGS...: run on a fresh PostgreSQL database + Redis
 	dropdb "$db"
 }
 
-part() { [ -z "$only" ] || [ "$only" = "$1" ]; }
+part() { [ -z "$only" ] || [[ " $only " == *" $1 "* ]]; }
 
-if part sweep; then
-	echo "== the paper's sweep, 600 clients pairwise at 2,000 msg/s, 60 s per row"
+if part sweep-embedded; then
+	echo "== the paper's sweep on the embedded default, 600 clients pairwise at 2,000 msg/s, 60 s per row"
 	"$T" loadgen sweep --out "$out/sweep-embedded" >"$out/sweep-embedded.txt" 2>&1
 	echo "sweep embedded: exit $?"
+fi
+if part sweep-postgres; then
+	echo "== the paper's sweep on PostgreSQL + Redis (one database for the five rows)"
 	db=$(newdb)
 	"$T" loadgen sweep --store "$(pgurl "$db")" --index "$redis" --out "$out/sweep-postgres" >"$out/sweep-postgres.txt" 2>&1
 	echo "sweep postgres: exit $?"
 	dropdb "$db"
 fi
 
+if part sweep-misbehaving; then
+	echo "== the paper's sweep on the embedded default with 5 % stuck and 5 % slow (2 s) clients"
+	"$T" loadgen sweep --stuck-share 0.05 --slow-share 0.05 --out "$out/sweep-misbehaving" >"$out/sweep-misbehaving.txt" 2>&1
+	echo "sweep misbehaving: exit $?"
+fi
+
 if part ladder; then
 	echo "== rate ladder, 600 clients pairwise, 20 s"
-	for rate in 2000 4000 6000 8000 10000; do
+	for rate in ${LADDER_RATES:-2000 3000 4000 6000 8000 10000}; do
 		run "ladder-embedded-$rate" --clients 600 --rate "$rate" --duration 20s
 		pg "ladder-postgres-$rate" --clients 600 --rate "$rate" --duration 20s
 	done

@@ -26,8 +26,12 @@
 //	alive:<owner>          str   present while the owner's heartbeat is fresh (PX = owner TTL)
 //	reaped:<owner>         str   tombstone: another process reaped this owner (PX 1 h)
 //	dev:<user> NUL <dev>   str   the device's newest claim epoch, Redis TIME in µs (PX 24 h)
-//	idseen:<identity>      str   Redis TIME (ms) when a process first saw this identity (PX 7 d)
 //	fleet                  chan  pub/sub: "c"+JSON claim, "w"+owner wake-up
+//
+// and one key outside the prefix, since it describes the server itself:
+//
+//	tetra-identity-seen:<identity>  str  Redis TIME (ms) when a process first saw
+//	                                     this server identity (PX 7 d)
 //
 // The pending set is split per partition so that each pin is one ZRANGE 0 0;
 // an SQL outbox has only partition 0, so it is the paper's single set.
@@ -69,7 +73,7 @@
 // deletes before every process rebuilt, and IdentityAge dates the first
 // sighting of an identity, so that no process deletes until every live one
 // had a heartbeat to list itself again. The TTL'd keys (alive, reaped,
-// dev, idseen) are the only keys with an expiry: under a volatile-* eviction policy
+// dev, identity-seen) are the only keys with an expiry: under a volatile-* eviction policy
 // Redis may evict them early, which makes a live owner look dead (it is
 // reaped, drops its connections and rebuilds: safe, but disruptive) —
 // prefer noeviction.

@@ -172,11 +172,18 @@ func (x *Index) Laggards(ctx context.Context, identity string) ([]string, error)
 // after the last IdentityAge call.
 const identitySeenTTL = 7 * 24 * time.Hour
 
+// IdentitySeenKey is where IdentityAge records the first sighting of a
+// server identity: the one key the index writes outside Config.Prefix,
+// because the identity belongs to the server, not to a deployment (every
+// deployment on the server shares it, and a new prefix on a long-running
+// server does not start the clock again).
+func IdentitySeenKey(identity string) string { return "tetra-identity-seen:" + identity }
+
 // IdentityAge implements waterline.Fleet.
 func (x *Index) IdentityAge(ctx context.Context, identity string) (time.Duration, error) {
 	cctx, cancel := x.call(ctx)
 	defer cancel()
-	ms, err := identityAgeScript.Run(cctx, x.rdb, []string{x.cfg.Prefix + "idseen:" + identity}, identitySeenTTL.Milliseconds()).Int64()
+	ms, err := identityAgeScript.Run(cctx, x.rdb, []string{IdentitySeenKey(identity)}, identitySeenTTL.Milliseconds()).Int64()
 	if err != nil {
 		return 0, unavailable("identity age", err)
 	}

@@ -226,15 +226,18 @@ func TestLaggards(t *testing.T) {
 // the server's clock, for every process; a new identity starts again.
 func TestIdentityAge(t *testing.T) {
 	ctx := t.Context()
-	a, b, _ := twoOwners(t)
-	if age, err := a.IdentityAge(ctx, "id-1"); err != nil || age > time.Second {
+	a, b, cfg := twoOwners(t)
+	id1, id2 := "test-"+cfg.Prefix+"1", "test-"+cfg.Prefix+"2" // unique: the keys are outside the prefix
+	raw := rawClient(t, cfg.URL)
+	t.Cleanup(func() { raw.Del(context.Background(), redis.IdentitySeenKey(id1), redis.IdentitySeenKey(id2)) })
+	if age, err := a.IdentityAge(ctx, id1); err != nil || age > time.Second {
 		t.Fatalf("first sighting: age %v, %v; want about 0", age, err)
 	}
 	time.Sleep(300 * time.Millisecond)
-	if age, err := b.IdentityAge(ctx, "id-1"); err != nil || age < 250*time.Millisecond {
+	if age, err := b.IdentityAge(ctx, id1); err != nil || age < 250*time.Millisecond {
 		t.Fatalf("another process, later: age %v, %v; want at least 250ms", age, err)
 	}
-	if age, err := b.IdentityAge(ctx, "id-2"); err != nil || age > time.Second {
+	if age, err := b.IdentityAge(ctx, id2); err != nil || age > time.Second {
 		t.Fatalf("a new identity: age %v, %v; want about 0", age, err)
 	}
 }

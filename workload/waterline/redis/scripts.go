@@ -261,7 +261,7 @@ end
 return out
 `)
 
-// identityAgeScript: KEYS = idseen:<identity>; ARGV = ttlMs. Records the
+// identityAgeScript: KEYS = tetra-identity-seen:<identity>; ARGV = ttlMs. Records the
 // server's TIME (ms) the first time an identity is seen (kept ttl after the
 // last call) and returns the milliseconds since.
 var identityAgeScript = goredis.NewScript(timeLua + `

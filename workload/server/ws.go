@@ -108,6 +108,10 @@ type session struct {
 	closeCode  atomic.Int32
 	closeWhy   atomic.Value // string
 	writerGone chan struct{}
+	// writerCtx ends with the writer (a context, so the reader can follow
+	// it with context.AfterFunc instead of a goroutine per connection).
+	writerCtx  context.Context
+	writerDone context.CancelFunc
 
 	member   *delivery.Member
 	inflight atomic.Int32
@@ -117,12 +121,14 @@ type session struct {
 
 func newSession(s *Server, c *websocket.Conn, user, device string) *session {
 	t := s.Tuning()
+	wctx, wdone := context.WithCancel(context.Background())
 	return &session{
 		srv: s, ws: c, id: ulid.Make().String(), user: user, device: device,
 		out:        make(chan []byte, s.cfg.OutboundQueue),
 		closing:    make(chan struct{}),
 		writerGone: make(chan struct{}),
-		limiter:    rate.NewLimiter(rate.Limit(t.SendsPerSecond), t.SendsPerSecond),
+		writerCtx:  wctx, writerDone: wdone,
+		limiter: rate.NewLimiter(rate.Limit(t.SendsPerSecond), t.SendsPerSecond),
 	}
 }
 
@@ -130,12 +136,23 @@ func (c *session) ID() string     { return c.id }
 func (c *session) User() string   { return c.user }
 func (c *session) Device() string { return c.device }
 
-// Enqueue implements delivery.Conn.
+// answerReserve is the part of the outbound queue that message frames
+// leave free for answers and control frames, so a send's answer never waits
+// behind a queue full of messages. Server.Config.OutboundQueue is at least
+// twice it.
+const answerReserve = 64
+
+// Enqueue implements delivery.Conn: message frames fill the queue up to
+// answerReserve short of its capacity; beyond that they are left to
+// re-delivery after the lease.
 func (c *session) Enqueue(frame []byte) bool {
 	select {
 	case <-c.closing:
 		return false
 	default:
+	}
+	if len(c.out) >= cap(c.out)-answerReserve {
+		return false
 	}
 	select {
 	case c.out <- frame:
@@ -143,6 +160,33 @@ func (c *session) Enqueue(frame []byte) bool {
 	default:
 		return false
 	}
+}
+
+// awaitRoom is the reader's backpressure: before it handles another frame
+// (whose answer takes a slot), it waits while the queue is at the message
+// limit, so a client that sends faster than it reads is slowed down instead
+// of losing answers. After the write timeout it closes the connection
+// (1008) and reports false.
+func (c *session) awaitRoom(ctx context.Context) bool {
+	limit := cap(c.out) - answerReserve
+	if len(c.out) < limit {
+		return true
+	}
+	deadline := time.Now().Add(c.srv.cfg.WriteTimeout)
+	for len(c.out) >= limit {
+		if time.Now().After(deadline) {
+			c.Close(protocol.ClosePolicy, "outbound queue full: the client does not read")
+			return false
+		}
+		select {
+		case <-c.closing:
+			return false
+		case <-ctx.Done():
+			return false
+		case <-time.After(time.Millisecond): // a misbehaving client only; the queue has no "room" event
+		}
+	}
+	return true
 }
 
 // Close implements delivery.Conn: the writer flushes what is queued (up to
@@ -155,7 +199,24 @@ func (c *session) Close(code int, reason string) {
 	})
 }
 
-func (c *session) send(frame any) { c.Enqueue(protocol.Encode(frame)) }
+// send queues an answer or a control frame. Unlike a message frame (which
+// the engine re-delivers after its lease), an answer has no second chance:
+// when the queue is full (the client sends faster than it reads), the
+// connection is closed with 1008 so the client reconnects and resends its
+// unanswered sends with the same correlationId (PROTOCOL.md §3), which
+// answers the original outcome.
+func (c *session) send(frame any) {
+	select {
+	case <-c.closing:
+		return
+	default:
+	}
+	select {
+	case c.out <- protocol.Encode(frame):
+	default:
+		c.Close(protocol.ClosePolicy, "outbound queue full: the client does not read its answers")
+	}
+}
 
 func (c *session) sendError(corr, code, msg string) {
 	if corr != "" {
@@ -195,7 +256,7 @@ func (c *session) run() {
 	}
 	c.member = m
 	s.noteConnection(c.user, c.device)
-	go c.pinger(ctx)
+	c.startPinger(ctx)
 	c.reader(ctx)
 	s.engine.Unregister(m)
 	c.Close(int(websocket.StatusNormalClosure), "")
@@ -203,7 +264,10 @@ func (c *session) run() {
 }
 
 func (c *session) writer(ctx context.Context) {
-	defer close(c.writerGone)
+	defer func() {
+		close(c.writerGone)
+		c.writerDone()
+	}()
 	wt := c.srv.cfg.WriteTimeout
 	write := func(f []byte) bool {
 		wctx, cancel := context.WithTimeout(ctx, wt)
@@ -254,27 +318,48 @@ func truncate(s string, n int) string {
 	return s[:n]
 }
 
-func (c *session) pinger(ctx context.Context) {
-	for {
-		t := c.srv.Tuning()
-		timer := time.NewTimer(t.PingInterval)
+// startPinger pings the client every ping interval until ctx ends or the
+// session closes; a pong touches the member (the idle reaper judges
+// silence). It runs on timers, not on a goroutine of its own: a goroutine
+// exists only while a ping waits for its pong.
+func (c *session) startPinger(ctx context.Context) {
+	var mu sync.Mutex
+	var timer *time.Timer
+	stopped := false
+	var tick func()
+	schedule := func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if !stopped {
+			timer = time.AfterFunc(c.srv.Tuning().PingInterval, tick)
+		}
+	}
+	tick = func() {
 		select {
 		case <-ctx.Done():
-			timer.Stop()
 			return
 		case <-c.closing:
-			timer.Stop()
 			return
-		case <-timer.C:
+		default:
 		}
-		pctx, cancel := context.WithTimeout(ctx, t.PingTimeout)
+		pctx, cancel := context.WithTimeout(ctx, c.srv.Tuning().PingTimeout)
 		err := c.ws.Ping(pctx)
 		cancel()
 		if err == nil {
 			c.srv.engine.Touch(c.member)
 		}
 		// No pong: the idle reaper decides (delivery.IdleReaper).
+		schedule()
 	}
+	schedule()
+	context.AfterFunc(ctx, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		stopped = true
+		if timer != nil {
+			timer.Stop()
+		}
+	})
 }
 
 func (c *session) reader(ctx context.Context) {
@@ -285,13 +370,8 @@ func (c *session) reader(ctx context.Context) {
 	// close frame, and clients would see the socket drop without the close
 	// code. It keeps reading (and drops frames) until the writer is done;
 	// the writer's close handshake ends the Read.
-	go func() {
-		select {
-		case <-c.writerGone:
-			cancel()
-		case <-rctx.Done():
-		}
-	}()
+	stop := context.AfterFunc(c.writerCtx, cancel)
+	defer stop()
 	for {
 		typ, data, err := c.ws.Read(rctx)
 		if err != nil {
@@ -303,6 +383,9 @@ func (c *session) reader(ctx context.Context) {
 		default:
 		}
 		c.srv.engine.Touch(c.member)
+		if !c.awaitRoom(rctx) {
+			continue // closing: the writer's close handshake ends the Read
+		}
 		if typ != websocket.MessageText {
 			c.bad++
 			c.sendError("", protocol.CodeInvalid, "frames must be JSON text messages")

@@ -17,45 +17,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tetra-messenger/tetra/internal/testenv"
 	"github.com/tetra-messenger/tetra/workload/auth"
 	"github.com/tetra-messenger/tetra/workload/client"
 	"github.com/tetra-messenger/tetra/workload/protocol"
 )
 
-var (
-	buildOnce sync.Once
-	buildDir  string
-	buildBin  string
-	buildErr  error
-)
-
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if buildDir != "" {
-		os.RemoveAll(buildDir)
-	}
+	testenv.RemoveBinary()
 	os.Exit(code)
-}
-
-// tetraBinary builds workload/cmd/tetra once per test binary run.
-func tetraBinary(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		buildDir, buildErr = os.MkdirTemp("", "tetra-crash-bin-")
-		if buildErr != nil {
-			return
-		}
-		buildBin = filepath.Join(buildDir, "tetra")
-		cmd := exec.Command("go", "build", "-o", buildBin, "github.com/tetra-messenger/tetra/workload/cmd/tetra")
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return buildBin
 }
 
 // proc is the `tetra serve` child; start/kill/term it any number of times
@@ -76,7 +47,7 @@ type proc struct {
 }
 
 func newProc(t *testing.T, addr, secret string, extra ...string) *proc {
-	p := &proc{t: t, bin: tetraBinary(t), addr: addr, logDir: t.TempDir(),
+	p := &proc{t: t, bin: testenv.TetraBinary(t), addr: addr, logDir: t.TempDir(),
 		args: append([]string{"serve", "--addr", addr, "--log-level", "info",
 			"--ping-interval", "1s", "--ping-timeout", "2s", "--poll-interval", "20ms", "--gc-interval", "100ms",
 			"--lease", "3s", "--max-conns-per-user", "8"}, extra...),

@@ -29,40 +29,10 @@ import (
 
 const secret = "fleet-test-secret-0123456789abcdef"
 
-var (
-	buildOnce sync.Once
-	buildDir  string
-	buildBin  string
-	buildErr  error
-)
-
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if buildDir != "" {
-		os.RemoveAll(buildDir)
-	}
+	testenv.RemoveBinary()
 	os.Exit(code)
-}
-
-// tetraBinary builds workload/cmd/tetra once per test binary run.
-func tetraBinary(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		buildDir, buildErr = os.MkdirTemp("", "tetra-fleet-bin-")
-		if buildErr != nil {
-			return
-		}
-		buildBin = filepath.Join(buildDir, "tetra")
-		cmd := exec.Command("go", "build", "-o", buildBin, "github.com/tetra-messenger/tetra/workload/cmd/tetra")
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return buildBin
 }
 
 // proc is one `tetra serve` child of the fleet.
@@ -94,7 +64,7 @@ func newFleet(t *testing.T, n int, extra ...string) *fleet {
 	t.Helper()
 	pgURL := testenv.Postgres(t)
 	redisURL, prefix := testenv.Redis(t)
-	bin := tetraBinary(t)
+	bin := testenv.TetraBinary(t)
 	f := &fleet{t: t, pgURL: pgURL}
 	s, err := auth.NewSigner([]byte(secret))
 	if err != nil {

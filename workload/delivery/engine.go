@@ -299,12 +299,7 @@ func (e *Engine) Stop(ctx context.Context) {
 
 // CloseAll closes every registered connection with code and withdraws it.
 func (e *Engine) CloseAll(code int, reason string) {
-	e.mu.RLock()
-	ms := make([]*Member, 0, len(e.byID))
-	for _, m := range e.byID {
-		ms = append(ms, m)
-	}
-	e.mu.RUnlock()
+	ms := e.members()
 	for _, m := range ms {
 		e.withdraw(m, code, reason, "shutdown")
 	}
@@ -718,6 +713,17 @@ func (e *Engine) membersOf(user string) []*Member {
 		out = append(out, m)
 	}
 	return out
+}
+
+// members is a snapshot of the registered connections.
+func (e *Engine) members() []*Member {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	ms := make([]*Member, 0, len(e.byID))
+	for _, m := range e.byID {
+		ms = append(ms, m)
+	}
+	return ms
 }
 
 func (e *Engine) member(id string) *Member {

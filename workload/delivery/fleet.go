@@ -140,12 +140,7 @@ func (e *Engine) heartbeat(ctx context.Context) {
 		return
 	}
 	e.logger.Error("fleet: this process's liveness lapsed and another process reaped its index state; closing every connection so clients recover from history", "owner", e.fleet.Owner())
-	e.mu.RLock()
-	ms := make([]*Member, 0, len(e.byID))
-	for _, m := range e.byID {
-		ms = append(ms, m)
-	}
-	e.mu.RUnlock()
+	ms := e.members()
 	for _, m := range ms {
 		e.withdraw(m, protocol.CloseGoingAway, "this server lost its lease on the delivery index; reconnect", ReasonOwnerLapsed)
 	}

@@ -203,12 +203,7 @@ func (e *Engine) Rebuild(ctx context.Context, reason string) error {
 			_ = e.idx.Hold(context.WithoutCancel(ctx), rebuildHolder, p, -1, e.cfg.HoldTTL)
 		}
 	}()
-	e.mu.RLock()
-	ms := make([]*Member, 0, len(e.byID))
-	for _, m := range e.byID {
-		ms = append(ms, m)
-	}
-	e.mu.RUnlock()
+	ms := e.members()
 	restore := map[*Member][]waterline.Entry{}
 	for _, m := range ms {
 		m.mu.Lock()

@@ -178,12 +178,7 @@ func (e *Engine) scan(ctx context.Context, p int32) {
 // poller has passed them (a mark whose row was acknowledged and deleted
 // before the scan reached it would otherwise stay forever).
 func (e *Engine) pruneAhead(p int32, upto int64) {
-	e.mu.RLock()
-	ms := make([]*Member, 0, len(e.byID))
-	for _, m := range e.byID {
-		ms = append(ms, m)
-	}
-	e.mu.RUnlock()
+	ms := e.members()
 	for _, m := range ms {
 		m.mu.Lock()
 		if len(m.ahead) > 0 {

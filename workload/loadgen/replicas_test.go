@@ -2,12 +2,8 @@ package loadgen
 
 import (
 	"context"
-	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,41 +12,10 @@ import (
 	"github.com/tetra-messenger/tetra/internal/testenv"
 )
 
-var (
-	buildOnce sync.Once
-	buildDir  string
-	buildBin  string
-	buildErr  error
-)
-
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if buildDir != "" {
-		os.RemoveAll(buildDir)
-	}
+	testenv.RemoveBinary()
 	os.Exit(code)
-}
-
-// tetraBinary builds workload/cmd/tetra once per test binary run (the
-// children of a replicated run are `tetra serve` processes, and the test
-// binary is not one).
-func tetraBinary(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		buildDir, buildErr = os.MkdirTemp("", "tetra-loadgen-bin-")
-		if buildErr != nil {
-			return
-		}
-		buildBin = filepath.Join(buildDir, "tetra")
-		out, err := exec.Command("go", "build", "-o", buildBin, "github.com/tetra-messenger/tetra/workload/cmd/tetra").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return buildBin
 }
 
 // Several processes need a shared store and index: refused up front,
@@ -99,7 +64,7 @@ func TestTwoReplicasOnPostgresAndRedis(t *testing.T) {
 	pg := testenv.Postgres(t)
 	redisURL, prefix := testenv.Redis(t)
 	cfg := DefaultConfig()
-	cfg.ServerBinary = tetraBinary(t)
+	cfg.ServerBinary = testenv.TetraBinary(t)
 	cfg.Replicas = 2
 	cfg.Server.Store, cfg.Server.Index, cfg.Server.IndexPrefix = pg, redisURL, prefix
 	cfg.Clients, cfg.Rate, cfg.Duration, cfg.Drain = 20, 40, 3*time.Second, 30*time.Second
@@ -153,7 +118,7 @@ func TestKilledReplicaClientsMoveToTheOther(t *testing.T) {
 	pg := testenv.Postgres(t)
 	redisURL, prefix := testenv.Redis(t)
 	cfg := DefaultConfig()
-	cfg.ServerBinary = tetraBinary(t)
+	cfg.ServerBinary = testenv.TetraBinary(t)
 	cfg.Replicas = 2
 	cfg.Server.Store, cfg.Server.Index, cfg.Server.IndexPrefix = pg, redisURL, prefix
 	cfg.Clients, cfg.Rate, cfg.Duration, cfg.Drain = 20, 40, 4*time.Second, 30*time.Second

@@ -425,3 +425,12 @@ func TestChartSchemaRefusesBadMonitoringValues(t *testing.T) {
 		}
 	}
 }
+
+// metrics.port on the health probes' port would render two container ports
+// on one number: the chart refuses it.
+func TestChartRefusesMetricsPortOnProbesPort(t *testing.T) {
+	_, err := render(t, map[string]any{"metrics": map[string]any{"port": 8081}})
+	if err == nil || !strings.Contains(err.Error(), "metrics.port must not be 8081") {
+		t.Errorf("metrics.port 8081 accepted or not the chart's message: %v", err)
+	}
+}

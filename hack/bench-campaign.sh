@@ -23,7 +23,8 @@ T="$out/tetra"
 
 newdb() {
 	local db="bench_$(date +%s)_$RANDOM"
-	psql "$admin" -qc "CREATE DATABASE $db" >/dev/null || exit 1
+	# exit only leaves the $(newdb) subshell: callers check the result.
+	psql "$admin" -qc "CREATE DATABASE $db" >/dev/null || return 1
 	echo "$db"
 }
 dropdb() { psql "$admin" -qc "DROP DATABASE IF EXISTS $1 WITH (FORCE)" >/dev/null; }
@@ -41,14 +42,15 @@ run() {
 		echo "# exit: $?"
 		echo "# load after: $(cut -d' ' -f1-3 /proc/loadavg)"
 	} >"$out/$name.txt"
-	grep -E "^(accepted|lost|deliveries per accepted|latency|server|# exit)" "$out/$name.txt" | sed "s/^/$name: /"
+	grep -E "^(accepted|lost|deliveries/accepted|latency|server|# exit)" "$out/$name.txt" | sed "s/^/$name: /"
 }
 
 pg() { # pg NAME ARGS...: run on a fresh PostgreSQL database + Redis
 	local name=$1
 	shift
 	local db
-	db=$(newdb)
+	db=$(newdb) || exit 1
+	[ -n "$db" ] || exit 1
 	run "$name" --store "$(pgurl "$db")" --index "$redis" "$@"
 	dropdb "$db"
 }
@@ -62,7 +64,8 @@ if part sweep-embedded; then
 fi
 if part sweep-postgres; then
 	echo "== the paper's sweep on PostgreSQL + Redis (one database for the five rows)"
-	db=$(newdb)
+	db=$(newdb) || exit 1
+	[ -n "$db" ] || exit 1
 	"$T" loadgen sweep --store "$(pgurl "$db")" --index "$redis" --out "$out/sweep-postgres" >"$out/sweep-postgres.txt" 2>&1
 	echo "sweep postgres: exit $?"
 	dropdb "$db"

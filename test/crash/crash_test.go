@@ -76,7 +76,10 @@ func TestCrashPostgresRedis(t *testing.T) {
 
 	addr := testenv.FreeAddr(t)
 	p := newProc(t, addr, secret, "--data", t.TempDir(), "--store", u.String(),
-		"--index", ru.String(), "--index-prefix", prefix, "--index-owner", "crash-"+prefix)
+		"--index", ru.String(), "--index-prefix", prefix, "--index-owner", "crash-"+prefix,
+		// A restart under the same owner waits for the killed run's
+		// liveness record to lapse (at most the owner TTL).
+		"--owner-ttl", "2s")
 	p.start()
 	l := newLoad(t, "http://"+addr, secret, 10)
 	l.run(80 * time.Millisecond)

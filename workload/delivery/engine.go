@@ -171,6 +171,7 @@ type Engine struct {
 	// The fleet (see fleet.go); nil fleet for an in-process index.
 	fleet   waterline.Fleet
 	wakeOut chan struct{}
+	castOut chan fleetCast
 	beatNow chan struct{}
 
 	cancel  context.CancelFunc
@@ -218,6 +219,7 @@ func New(log outbox.Log, idx waterline.Index, tuning func() config.Tuning, cfg C
 		fastQ:    makeQueues(cfg.Concurrency, cfg.FastQueue),
 		pollWake: make(chan struct{}, 1),
 		wakeOut:  make(chan struct{}, 1),
+		castOut:  make(chan fleetCast, 1024),
 		beatNow:  make(chan struct{}, 1),
 		stats:    Stats{Withdrawals: map[string]int64{}, Rebuilds: map[string]int64{}, SafeLine: map[int32]int64{}},
 	}, nil
@@ -295,6 +297,7 @@ func (e *Engine) Stop(ctx context.Context) {
 	for _, p := range e.partitions {
 		_ = e.idx.Hold(ctx, e.cfg.Holder, p, -1, e.cfg.HoldTTL)
 	}
+	e.stopFleet(ctx)
 }
 
 // CloseAll closes every registered connection with code and withdraws it.
@@ -684,8 +687,19 @@ func (e *Engine) observe(path string, items []item) {
 	}
 }
 
-// Broadcast queues frame to every connection of users, except skip.
+// Broadcast queues frame to every connection of users, except skip, on
+// this process and, with a shared index, on the other processes of the
+// fleet (best effort).
 func (e *Engine) Broadcast(users []string, frame []byte, skip *Member) {
+	e.publishBroadcast(users, frame)
+	e.broadcastHere(users, frame, skip)
+}
+
+// onBroadcast queues frame to this process's connections of users (a
+// broadcast from another process).
+func (e *Engine) onBroadcast(users []string, frame []byte) { e.broadcastHere(users, frame, nil) }
+
+func (e *Engine) broadcastHere(users []string, frame []byte, skip *Member) {
 	e.mu.RLock()
 	var targets []*Member
 	for _, u := range users {

@@ -3,6 +3,7 @@ package delivery
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/tetra-messenger/tetra/workload/protocol"
@@ -23,6 +24,8 @@ const ReasonOwnerLapsed = "owner-lapsed"
 //
 //   - claims every new connection's device in the index and closes its own
 //     older connection of a device another process claimed later (4001);
+//   - forwards broadcasts (read receipts) to the other processes, which
+//     queue them on their own connections of the named users;
 //   - publishes a wake-up after every hand-off, and runs its poller at once
 //     when another process publishes one, so a message accepted on one
 //     process reaches a recipient on another without waiting for the poll
@@ -44,12 +47,45 @@ func (e *Engine) startFleet(ctx context.Context) error {
 		return nil
 	}
 	e.fleet = f
-	// A tombstone left from a previous run of this owner says nothing
-	// about this run, which has no connections yet.
-	if _, err := f.Heartbeat(ctx, e.cfg.OwnerTTL); err != nil {
-		return err
+	// Take the owner's liveness record. Held by another token: either a
+	// crashed predecessor under the same name (its record expires within
+	// OwnerTTL) or another live process with the same --index-owner (it
+	// keeps heartbeating: refuse, or the two would wipe each other's
+	// registrations).
+	deadline := time.Now().Add(e.cfg.OwnerTTL + time.Second)
+	waited := false
+	for {
+		held, err := f.Acquire(ctx, e.cfg.OwnerTTL)
+		if err != nil {
+			return err
+		}
+		if held {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("another live process uses index owner %q (its heartbeat stayed fresh for %v): give every process its own --index-owner: %w",
+				f.Owner(), e.cfg.OwnerTTL, waterline.ErrOwnerTaken)
+		}
+		if !waited {
+			waited = true
+			e.logger.Warn("fleet: index owner is held by another process or a crashed predecessor; waiting up to the owner TTL for it to lapse", "owner", f.Owner(), "ttl", e.cfg.OwnerTTL)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(max(e.cfg.OwnerTTL/10, 50*time.Millisecond)):
+		}
 	}
-	return nil
+}
+
+// stopFleet releases this owner's liveness record (a graceful stop).
+func (e *Engine) stopFleet(ctx context.Context) {
+	if e.fleet == nil {
+		return
+	}
+	if err := e.fleet.Release(ctx); err != nil {
+		e.logger.Debug("fleet: release the owner's liveness record", "err", err)
+	}
 }
 
 // runFleet subscribes to the other processes' claims and wake-ups and
@@ -59,7 +95,7 @@ func (e *Engine) runFleet(rctx context.Context) error {
 	if e.fleet == nil {
 		return nil
 	}
-	if err := e.fleet.Subscribe(rctx, e.onClaim, e.wakePoller); err != nil {
+	if err := e.fleet.Subscribe(rctx, waterline.FleetHandlers{OnClaim: e.onClaim, OnWake: e.wakePoller, OnBroadcast: e.onBroadcast}); err != nil {
 		return err
 	}
 	e.wg.Add(1)
@@ -91,17 +127,45 @@ func (e *Engine) publishWake() {
 	}
 }
 
+// fleetCast is a broadcast for the other processes.
+type fleetCast struct {
+	users []string
+	frame []byte
+}
+
+// publishBroadcast queues a broadcast for the other processes; when the
+// queue is full the broadcast is dropped (read receipts are best effort).
+func (e *Engine) publishBroadcast(users []string, frame []byte) {
+	if e.fleet == nil {
+		return
+	}
+	select {
+	case e.castOut <- fleetCast{users: users, frame: frame}:
+	default:
+		e.logger.Debug("fleet: broadcast queue full; a read receipt stays on this process")
+	}
+}
+
 func (e *Engine) wakeLoop(ctx context.Context) {
 	defer e.wg.Done()
 	for {
+		var cast *fleetCast
 		select {
 		case <-ctx.Done():
 			return
 		case <-e.wakeOut:
+		case c := <-e.castOut:
+			cast = &c
 		}
 		cctx, cancel := context.WithTimeout(ctx, e.cfg.StoreTimeout)
-		if err := e.fleet.Wake(cctx); err != nil && ctx.Err() == nil {
-			e.logger.Debug("fleet: publish wake-up", "err", err)
+		var err error
+		if cast != nil {
+			err = e.fleet.Broadcast(cctx, cast.users, cast.frame)
+		} else {
+			err = e.fleet.Wake(cctx)
+		}
+		if err != nil && ctx.Err() == nil {
+			e.logger.Debug("fleet: publish", "err", err)
 		}
 		cancel()
 	}
@@ -130,6 +194,13 @@ func (e *Engine) heartbeat(ctx context.Context) {
 	cctx, cancel := context.WithTimeout(ctx, e.cfg.StoreTimeout)
 	reaped, err := e.fleet.Heartbeat(cctx, e.cfg.OwnerTTL)
 	cancel()
+	if errors.Is(err, waterline.ErrOwnerTaken) {
+		// This process's record lapsed and another process with the same
+		// owner name took it: the registrations under the name are not
+		// this process's to trust any more.
+		e.logger.Error("fleet: another process took this process's index owner name; closing every connection", "owner", e.fleet.Owner())
+		reaped, err = true, nil
+	}
 	if err != nil {
 		if ctx.Err() == nil {
 			e.logger.Warn("fleet: heartbeat failed; other processes reap this one's state if it lapses", "err", err)

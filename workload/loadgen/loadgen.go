@@ -38,7 +38,7 @@ type Config struct {
 	// child process; the report then has no server RSS or CPU.
 	InProcess bool
 	// Replicas is the number of `tetra serve` child processes the run
-	// starts (default 1). More than one need a shared store (PostgreSQL)
+	// starts: at least 1 (DefaultConfig's). More than one need a shared store (PostgreSQL)
 	// and index (Redis): each gets its own --index-owner and the run's
 	// --index-prefix, and the clients are spread over them round-robin.
 	Replicas int
@@ -84,7 +84,7 @@ type Config struct {
 // 500 msg/s for 20 s.
 func DefaultConfig() Config {
 	return Config{Server: server.DefaultConfig(), Clients: 200, GroupSize: 2, Rate: 500,
-		Duration: 20 * time.Second, Drain: 30 * time.Second, BodyBytes: 64}
+		Duration: 20 * time.Second, Drain: 30 * time.Second, BodyBytes: 64, Replicas: 1}
 }
 
 func (c *Config) validate() error {
@@ -105,13 +105,10 @@ func (c *Config) validate() error {
 		return fmt.Errorf("stuck share (%v) and slow share (%v) must be >= 0 and sum to at most 1", c.StuckShare, c.SlowShare)
 	case c.SlowAckDelay < 0:
 		return fmt.Errorf("slow ack delay must be >= 0, got %v", c.SlowAckDelay)
-	case c.Replicas < 0:
+	case c.Replicas < 1:
 		return fmt.Errorf("replicas must be >= 1, got %d", c.Replicas)
 	case c.URL != "" && len(splitURLs(c.URL)) == 0:
 		return fmt.Errorf("url %q names no server", c.URL)
-	}
-	if c.Replicas == 0 {
-		c.Replicas = 1
 	}
 	if c.Replicas > 1 {
 		switch {

@@ -110,8 +110,15 @@ func (s *Server) sampleLoop(ring *seriesRing) {
 		if s.draining.Load() {
 			return
 		}
-		if time.Since(last) >= seriesInterval {
-			last = time.Now()
+		if now := time.Now(); now.Sub(last) >= seriesInterval {
+			// Keep samples on a 1 s grid from the first one (now - last
+			// would drift by up to a tick per sample); after a stall
+			// longer than an interval, restart the grid instead of
+			// catching up with a burst of samples.
+			last = last.Add(seriesInterval)
+			if now.Sub(last) >= seriesInterval {
+				last = now
+			}
 			ring.add(s.sample())
 		}
 	}

@@ -95,6 +95,13 @@ func TestFleetCrossProcessDelivery(t *testing.T) {
 		}
 	}
 	t.Logf("%d cross-process deliveries, slowest send-to-push %v", users*perUser, slowest)
+	// A read receipt crosses too: u1 (process 1) reads u0's chat; u0 is on
+	// process 0.
+	last := fleet[0].history("u0", chats[0], "")
+	clients[1].write(map[string]string{"type": "read", "chatId": chats[0], "messageId": last[len(last)-1].MessageID})
+	if f := clients[0].next("u1's read receipt on another process", isType("read")); !strings.Contains(f.String(), `"userId":"u1"`) {
+		t.Fatalf("read frame %s, want u1's", f)
+	}
 	eventually(t, waitLong, "the outbox to drain through every process's acks", func() bool { return fleet[0].outboxDepth() == 0 })
 }
 
@@ -200,5 +207,40 @@ func TestFleetOneDatabaseOneInProcessIndex(t *testing.T) {
 	_, _ = a, b
 	if _, err := server.New(t.Context(), second); err == nil || !strings.Contains(err.Error(), "--index memory") {
 		t.Fatalf("an in-process-index server next to Redis-index ones: err = %v, want a refusal", err)
+	}
+	// Another key prefix on the same database: a second waterline that
+	// the first would not see.
+	other := shared
+	other.IndexOwner, other.IndexPrefix = "elsewhere", shared.IndexPrefix+"other:"
+	if _, err := server.New(t.Context(), other); err == nil || !strings.Contains(err.Error(), "--index-prefix") {
+		t.Fatalf("a Redis-index server with another prefix on the same database: err = %v, want a refusal naming --index-prefix", err)
+	}
+}
+
+// TestFleetRefusesADuplicateOwner: a second process with the owner name of
+// a live one would wipe its registrations (its clients would silently stop
+// getting pushes); it is refused once the owner TTL shows the other is
+// alive. A graceful stop releases the name at once.
+func TestFleetRefusesADuplicateOwner(t *testing.T) {
+	fleet := newFleet(t, 1, nil)
+	dup := fleet[0].cfg
+	dup.Addr = "127.0.0.1:0"
+	start := time.Now()
+	srv, err := server.New(t.Context(), dup)
+	if err == nil {
+		err = srv.Start(t.Context())
+		defer srv.Shutdown(t.Context())
+	}
+	if err == nil || !strings.Contains(err.Error(), "--index-owner") {
+		t.Fatalf("a second live process as %s: err = %v, want a refusal naming --index-owner", dup.IndexOwner, err)
+	}
+	t.Logf("refused after %v: %v", time.Since(start).Round(time.Millisecond), err)
+	if err := fleet[0].srv.Shutdown(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	start = time.Now()
+	startServer(t, dup) // the name is free again
+	if took := time.Since(start); took > dup.Delivery.OwnerTTL {
+		t.Errorf("a start after a graceful stop waited %v for the name", took)
 	}
 }

@@ -382,8 +382,14 @@ func (s *Server) openStores(ctx context.Context) error {
 // be many. The lock is released when the store closes.
 func (s *Server) lockInstance(ctx context.Context, db *postgres.DB) error {
 	exclusive := s.indexKind == "memory"
-	release, err := db.LockInstance(ctx, exclusive)
+	prefix := s.cfg.IndexPrefix
+	if prefix == "" {
+		prefix = redisidx.DefaultPrefix
+	}
+	release, err := db.LockInstance(ctx, exclusive, prefix)
 	switch {
+	case errors.Is(err, postgres.ErrOtherNamespace):
+		return fmt.Errorf("server: another tetra process uses the PostgreSQL database at %s with a different --index-prefix; every process on one database must share one Redis and one --index-prefix (%q here), or their GCs delete rows each other's clients have not acknowledged", redact(s.cfg.Store), prefix)
 	case errors.Is(err, postgres.ErrInstanceLocked) && exclusive:
 		return fmt.Errorf("server: another tetra process already uses the PostgreSQL database at %s; with the in-process index (--index memory) a database serves one process only: stop the other one, or run every process with a shared --index redis://host:6379/0", redact(s.cfg.Store))
 	case errors.Is(err, postgres.ErrInstanceLocked):

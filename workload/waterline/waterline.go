@@ -13,6 +13,9 @@ var (
 	ErrUnknownClient = errors.New("waterline: unknown client")
 	// ErrUnavailable wraps failures to reach the backing server.
 	ErrUnavailable = errors.New("waterline: index unavailable")
+	// ErrOwnerTaken: another live process uses this process's owner name
+	// in a shared index (Fleet).
+	ErrOwnerTaken = errors.New("waterline: another live process uses this owner name")
 )
 
 // Client is one connection registered for live delivery.
@@ -127,6 +130,13 @@ type Claim struct {
 	Epoch int64
 }
 
+// FleetHandlers receive what the other processes of a fleet publish.
+type FleetHandlers struct {
+	OnClaim     func(Claim)
+	OnWake      func()
+	OnBroadcast func(users []string, frame []byte)
+}
+
 // Fleet is implemented by an index that several processes share (Redis).
 // It carries what the processes of one deployment tell each other: which
 // connection of a device is newest, that new outbox rows were committed,
@@ -147,16 +157,29 @@ type Fleet interface {
 	// their pollers scan now instead of at the next poll interval. Best
 	// effort: a lost wake-up costs one poll interval of latency.
 	Wake(ctx context.Context) error
-	// Subscribe calls onClaim and onWake for the claims and wake-ups of
-	// the other processes (never this one's) until ctx ends, reconnecting
-	// after errors. The callbacks run on one goroutine and must not block.
-	// It returns once subscribed (or with the error that prevented it).
-	Subscribe(ctx context.Context, onClaim func(Claim), onWake func()) error
+	// Broadcast hands a frame for the connections of users to the other
+	// processes (read receipts, PROTOCOL.md §3). Best effort, like Wake.
+	Broadcast(ctx context.Context, users []string, frame []byte) error
+	// Subscribe calls h's callbacks for the claims, wake-ups and
+	// broadcasts of the other processes (never this one's) until ctx
+	// ends, reconnecting after errors. The callbacks run on one goroutine
+	// and must not block; nil callbacks are skipped. It returns once
+	// subscribed (or with the error that prevented it).
+	Subscribe(ctx context.Context, h FleetHandlers) error
+	// Acquire takes this owner's liveness record for ttl if no other
+	// process holds it (held false: another process with the same owner
+	// name heartbeats, or a crashed predecessor's record has not expired
+	// yet). A tombstone from an earlier run is cleared.
+	Acquire(ctx context.Context, ttl time.Duration) (held bool, err error)
+	// Release drops this owner's liveness record if this process holds it
+	// (a graceful stop), so a restart under the same name need not wait.
+	Release(ctx context.Context) error
 	// Heartbeat marks this owner alive for ttl. It reports reaped = true
 	// when another process found this owner's liveness lapsed and removed
 	// its state (ReapDead) since the last Heartbeat: every registration of
 	// this process is gone from the index and the caller must treat its
-	// connections as withdrawn.
+	// connections as withdrawn. It fails with ErrOwnerTaken when another
+	// process holds this owner's liveness record.
 	Heartbeat(ctx context.Context, ttl time.Duration) (reaped bool, err error)
 	// ReapDead removes, as Reset would for them, the state of every owner
 	// that heartbeat at least once and whose liveness lapsed: their

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -81,14 +82,23 @@ func envDefaults(fs *flag.FlagSet) error {
 	return errors.Join(errs...)
 }
 
-// usageWithEnv prints the flags of fs, each with its environment variable.
-func usageWithEnv(fs *flag.FlagSet, synopsis string) func() {
+// usageWithEnv prints the flags of fs, each with its environment variable
+// except the cliOnly ones, which have none.
+func usageWithEnv(fs *flag.FlagSet, synopsis string, cliOnly ...string) func() {
 	return func() {
 		out := fs.Output()
-		fmt.Fprintf(out, "usage: %s\n\nEvery flag can also be set by its environment variable (shown in brackets);\na flag on the command line wins.\n\n", synopsis)
+		note := "Every flag"
+		if len(cliOnly) > 0 {
+			note = "Every flag shown with brackets"
+		}
+		fmt.Fprintf(out, "usage: %s\n\n%s can also be set by its environment variable (shown in brackets);\na flag on the command line wins.\n\n", synopsis, note)
 		fs.VisitAll(func(f *flag.Flag) {
 			name, usage := flag.UnquoteUsage(f)
-			fmt.Fprintf(out, "  --%s %s  [%s]\n    \t%s", f.Name, name, envName(f.Name), usage)
+			if slices.Contains(cliOnly, f.Name) {
+				fmt.Fprintf(out, "  --%s\n    \t%s", strings.TrimSpace(f.Name+" "+name), usage)
+			} else {
+				fmt.Fprintf(out, "  --%s %s  [%s]\n    \t%s", f.Name, name, envName(f.Name), usage)
+			}
 			if f.DefValue != "" && f.DefValue != "0" && f.DefValue != "false" {
 				fmt.Fprintf(out, " (default %s)", f.DefValue)
 			}
@@ -180,7 +190,7 @@ func serverFlags(fs *flag.FlagSet, listen bool) func() (server.Config, error) {
 func serve(args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.Usage = usageWithEnv(fs, "tetra serve [flags]   (TETRA_JWT_SECRET: token secret, env only)")
+	fs.Usage = usageWithEnv(fs, "tetra serve [flags]   (TETRA_JWT_SECRET: token secret, env only)", "demo")
 	build := serverFlags(fs, true)
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")

@@ -240,7 +240,17 @@ func (db *DB) AddMember(ctx context.Context, chatID, by, user string) (history.C
 		return history.Chat{}, unavailable("add member", err)
 	}
 	defer txRollback(tx)
-	c, err := scanChat(tx.QueryRow(ctx, `SELECT `+chatColumns+` FROM chats AS c WHERE c.id = $1 FOR NO KEY UPDATE`, chatID))
+	// Lock the chat row first, then read the chat with its members in a
+	// statement of its own: under READ COMMITTED a statement that waited
+	// for the lock still sees the member list of its own snapshot, taken
+	// before the wait, so two concurrent additions at the limit would both
+	// count 999 (TestGroupLimits caught it, about one run in six).
+	var locked string
+	err = tx.QueryRow(ctx, `SELECT id FROM chats WHERE id = $1 FOR NO KEY UPDATE`, chatID).Scan(&locked)
+	var c history.Chat
+	if err == nil {
+		c, err = scanChat(tx.QueryRow(ctx, `SELECT `+chatColumns+` FROM chats AS c WHERE c.id = $1`, chatID))
+	}
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return history.Chat{}, fmt.Errorf("%w: chat %q", history.ErrNotFound, chatID)

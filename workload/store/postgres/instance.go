@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 )
 
 // InstanceLockKey is the session-level advisory lock that tells whether the
@@ -18,6 +19,18 @@ const InstanceLockKey int64 = 0x74657472_613a696e
 // conflicting mode by another session.
 var ErrInstanceLocked = errors.New("postgres: another tetra process holds the instance lock")
 
+// ErrOtherNamespace is returned by LockInstance when a process on a shared
+// index with another namespace (another Redis key prefix) uses the
+// database: the two would keep separate waterlines over one outbox, and
+// each GC would delete rows the other's clients have not acknowledged.
+var ErrOtherNamespace = errors.New("postgres: another tetra process uses this database with a different index namespace")
+
+// namespaceLockClass is the first key of the two-key advisory lock a
+// shared-index process holds on its namespace (the second key is a hash of
+// the namespace); it shows in pg_locks as classid 0x74657470 with
+// objsubid 2.
+const namespaceLockClass int32 = 0x74657470
+
 // LockInstance takes InstanceLockKey, exclusively when exclusive is true
 // (in-process index: this must be the only process on the database) or
 // shared otherwise (shared index: any number of such processes), on a
@@ -25,7 +38,12 @@ var ErrInstanceLocked = errors.New("postgres: another tetra process holds the in
 // with ErrInstanceLocked, without waiting, when the other mode is held. The
 // lock lasts as long as that connection: if PostgreSQL drops it, the check
 // no longer applies (it guards starts, not a running process).
-func (db *DB) LockInstance(ctx context.Context, exclusive bool) (release func(), err error) {
+//
+// With a shared index, namespace names it (the Redis key prefix): the
+// process also holds a shared lock on the namespace and fails with
+// ErrOtherNamespace, without waiting, when another session holds one on a
+// different namespace.
+func (db *DB) LockInstance(ctx context.Context, exclusive bool, namespace string) (release func(), err error) {
 	conn, err := db.pool.Acquire(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: instance lock: %w", err)
@@ -42,6 +60,29 @@ func (db *DB) LockInstance(ctx context.Context, exclusive bool) (release func(),
 	if !ok {
 		conn.Release()
 		return nil, ErrInstanceLocked
+	}
+	if !exclusive {
+		h := fnv.New32a()
+		h.Write([]byte(namespace))
+		key := int32(h.Sum32())
+		var others int
+		err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock_shared($1::int4, $2::int4)`, namespaceLockClass, key).Scan(&ok)
+		if err == nil {
+			err = conn.QueryRow(ctx, `SELECT count(*) FROM pg_locks
+				WHERE locktype = 'advisory' AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+				AND classid = $1::int4::oid AND objsubid = 2 AND objid <> ($2::int4::bigint & 4294967295)::oid AND granted`,
+				namespaceLockClass, key).Scan(&others)
+		}
+		if err != nil {
+			conn.Conn().Close(ctx)
+			conn.Release()
+			return nil, fmt.Errorf("postgres: instance lock: %w", err)
+		}
+		if others > 0 {
+			conn.Conn().Close(ctx) // ends the session and its locks
+			conn.Release()
+			return nil, ErrOtherNamespace
+		}
 	}
 	// Hijack: the connection (and the lock) leaves the pool for good and
 	// is closed on release, which ends the session and frees the lock.

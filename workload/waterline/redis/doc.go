@@ -23,10 +23,10 @@
 //	holdexp:<p>            zset  owner NUL holder, score = expiry, Unix ms by Redis TIME
 //	holdparts              set   partitions that ever had a hold
 //	owners                 set   owners that heartbeat (the fleet, see below)
-//	alive:<owner>          str   present while the owner's heartbeat is fresh (PX = owner TTL)
+//	alive:<owner>          str   the live process's token, while its heartbeat is fresh (PX = owner TTL)
 //	reaped:<owner>         str   tombstone: another process reaped this owner (PX 1 h)
 //	dev:<user> NUL <dev>   str   the device's newest claim epoch, Redis TIME in µs (PX 24 h)
-//	fleet                  chan  pub/sub: "c"+JSON claim, "w"+owner wake-up
+//	fleet                  chan  pub/sub: "c"+JSON claim, "w"+owner wake-up, "b"+JSON broadcast
 //
 // and one key outside the prefix, since it describes the server itself:
 //

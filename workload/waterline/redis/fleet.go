@@ -75,12 +75,33 @@ type claimMsg struct {
 	U, D, C, O, E string
 }
 
+type broadcastMsg struct {
+	O string   `json:"o"`
+	U []string `json:"u"`
+	F string   `json:"f"`
+}
+
+// Broadcast implements waterline.Fleet with one PUBLISH.
+func (x *Index) Broadcast(ctx context.Context, users []string, frame []byte) error {
+	b, err := json.Marshal(broadcastMsg{O: x.cfg.Owner, U: users, F: string(frame)})
+	if err != nil {
+		return fmt.Errorf("redis: broadcast: %w", err)
+	}
+	cctx, cancel := x.call(ctx)
+	defer cancel()
+	if err := x.rdb.Publish(cctx, x.kChannel(), "b"+string(b)).Err(); err != nil {
+		return unavailable("broadcast", err)
+	}
+	return nil
+}
+
 // Subscribe implements waterline.Fleet over Redis pub/sub. go-redis
 // resubscribes after a lost connection; messages published meanwhile are
 // lost (pub/sub keeps nothing), which costs a poll interval of latency for
-// a wake-up and leaves a superseded socket open until its idle or pending
-// reaper closes it (or its client goes away).
-func (x *Index) Subscribe(ctx context.Context, onClaim func(waterline.Claim), onWake func()) error {
+// a wake-up, a read receipt for a broadcast, and leaves a superseded socket
+// open until its idle or pending reaper closes it (or its client goes
+// away).
+func (x *Index) Subscribe(ctx context.Context, h waterline.FleetHandlers) error {
 	ps := x.rdb.Subscribe(ctx, x.kChannel())
 	cctx, cancel := x.call(ctx)
 	_, err := ps.Receive(cctx) // the subscription confirmation
@@ -100,21 +121,21 @@ func (x *Index) Subscribe(ctx context.Context, onClaim func(waterline.Claim), on
 				if !ok {
 					return
 				}
-				x.dispatch(m.Payload, onClaim, onWake)
+				x.dispatch(m.Payload, h)
 			}
 		}
 	}()
 	return nil
 }
 
-func (x *Index) dispatch(payload string, onClaim func(waterline.Claim), onWake func()) {
+func (x *Index) dispatch(payload string, h waterline.FleetHandlers) {
 	if payload == "" {
 		return
 	}
 	switch payload[0] {
 	case 'w':
-		if payload[1:] != x.cfg.Owner && onWake != nil {
-			onWake()
+		if payload[1:] != x.cfg.Owner && h.OnWake != nil {
+			h.OnWake()
 		}
 	case 'c':
 		var m claimMsg
@@ -122,11 +143,45 @@ func (x *Index) dispatch(payload string, onClaim func(waterline.Claim), onWake f
 			return
 		}
 		e, err := strconv.ParseInt(m.E, 10, 64)
-		if err != nil || onClaim == nil {
+		if err != nil || h.OnClaim == nil {
 			return
 		}
-		onClaim(waterline.Claim{User: m.U, Device: m.D, ConnID: m.C, Owner: m.O, Epoch: e})
+		h.OnClaim(waterline.Claim{User: m.U, Device: m.D, ConnID: m.C, Owner: m.O, Epoch: e})
+	case 'b':
+		var m broadcastMsg
+		if err := json.Unmarshal([]byte(payload[1:]), &m); err != nil || m.O == x.cfg.Owner || h.OnBroadcast == nil {
+			return
+		}
+		h.OnBroadcast(m.U, []byte(m.F))
 	}
+}
+
+func (x *Index) aliveKeys() []string {
+	return []string{x.cfg.Prefix + "alive:" + x.cfg.Owner, x.cfg.Prefix + "reaped:" + x.cfg.Owner, x.cfg.Prefix + "owners"}
+}
+
+// Acquire implements waterline.Fleet.
+func (x *Index) Acquire(ctx context.Context, ttl time.Duration) (bool, error) {
+	if ttl < time.Millisecond {
+		return false, fmt.Errorf("redis: acquire: ttl %v: want at least 1ms", ttl)
+	}
+	cctx, cancel := x.call(ctx)
+	defer cancel()
+	n, err := acquireScript.Run(cctx, x.rdb, x.aliveKeys(), x.cfg.Owner, ttl.Milliseconds(), x.token).Int64()
+	if err != nil {
+		return false, unavailable("acquire", err)
+	}
+	return n == 1, nil
+}
+
+// Release implements waterline.Fleet.
+func (x *Index) Release(ctx context.Context) error {
+	cctx, cancel := x.call(ctx)
+	defer cancel()
+	if err := releaseScript.Run(cctx, x.rdb, x.aliveKeys()[:1], x.token).Err(); err != nil {
+		return unavailable("release", err)
+	}
+	return nil
 }
 
 // Heartbeat implements waterline.Fleet.
@@ -136,11 +191,12 @@ func (x *Index) Heartbeat(ctx context.Context, ttl time.Duration) (bool, error) 
 	}
 	cctx, cancel := x.call(ctx)
 	defer cancel()
-	n, err := heartbeatScript.Run(cctx, x.rdb,
-		[]string{x.cfg.Prefix + "alive:" + x.cfg.Owner, x.cfg.Prefix + "reaped:" + x.cfg.Owner, x.cfg.Prefix + "owners"},
-		x.cfg.Owner, ttl.Milliseconds()).Int64()
+	n, err := heartbeatScript.Run(cctx, x.rdb, x.aliveKeys(), x.cfg.Owner, ttl.Milliseconds(), x.token).Int64()
 	if err != nil {
 		return false, unavailable("heartbeat", err)
+	}
+	if n < 0 {
+		return false, fmt.Errorf("redis: heartbeat of owner %q: %w", x.cfg.Owner, waterline.ErrOwnerTaken)
 	}
 	return n == 1, nil
 }

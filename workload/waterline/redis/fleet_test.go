@@ -3,6 +3,7 @@ package redis_test
 import (
 	"context"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -34,12 +35,20 @@ func TestClaimsAreOrderedAndAnnounced(t *testing.T) {
 	var mu sync.Mutex
 	var heardA, heardB []waterline.Claim
 	wakesA, wakesB := 0, 0
-	if err := a.Subscribe(ctx, func(c waterline.Claim) { mu.Lock(); heardA = append(heardA, c); mu.Unlock() },
-		func() { mu.Lock(); wakesA++; mu.Unlock() }); err != nil {
+	var casts []string
+	if err := a.Subscribe(ctx, waterline.FleetHandlers{
+		OnClaim: func(c waterline.Claim) { mu.Lock(); heardA = append(heardA, c); mu.Unlock() },
+		OnWake:  func() { mu.Lock(); wakesA++; mu.Unlock() }}); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.Subscribe(ctx, func(c waterline.Claim) { mu.Lock(); heardB = append(heardB, c); mu.Unlock() },
-		func() { mu.Lock(); wakesB++; mu.Unlock() }); err != nil {
+	if err := b.Subscribe(ctx, waterline.FleetHandlers{
+		OnClaim: func(c waterline.Claim) { mu.Lock(); heardB = append(heardB, c); mu.Unlock() },
+		OnWake:  func() { mu.Lock(); wakesB++; mu.Unlock() },
+		OnBroadcast: func(users []string, frame []byte) {
+			mu.Lock()
+			casts = append(casts, strings.Join(users, ",")+"|"+string(frame))
+			mu.Unlock()
+		}}); err != nil {
 		t.Fatal(err)
 	}
 	var last int64
@@ -63,10 +72,13 @@ func TestClaimsAreOrderedAndAnnounced(t *testing.T) {
 	if err := a.Wake(ctx); err != nil {
 		t.Fatal(err)
 	}
+	if err := a.Broadcast(ctx, []string{"bob", "carol"}, []byte(`{"type":"read"}`)); err != nil {
+		t.Fatal(err)
+	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		mu.Lock()
-		done := len(heardA) == 2 && len(heardB) == 3 && wakesB == 1
+		done := len(heardA) == 2 && len(heardB) == 3 && wakesB == 1 && len(casts) == 1
 		mu.Unlock()
 		if done {
 			break
@@ -90,6 +102,9 @@ func TestClaimsAreOrderedAndAnnounced(t *testing.T) {
 		if c.Owner != "pod-a" {
 			t.Errorf("b heard its own claim %+v", c)
 		}
+	}
+	if len(casts) != 1 || casts[0] != `bob,carol|{"type":"read"}` {
+		t.Errorf("b heard broadcasts %q, want one for bob,carol", casts)
 	}
 	if len(heardA) != 2 || len(heardB) != 3 || wakesA != 0 || wakesB != 1 {
 		t.Errorf("a: %d claims %d wakes, b: %d claims %d wakes; want 2/0 and 3/1", len(heardA), wakesA, len(heardB), wakesB)

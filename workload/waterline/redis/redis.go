@@ -157,6 +157,10 @@ type Index struct {
 	// Keys that do not depend on a client or a partition.
 	kClients, kLease, kPrimed, kHoldParts string
 
+	// token tells this Index value's liveness record from another
+	// process's with the same owner name.
+	token string
+
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -202,6 +206,7 @@ func New(ctx context.Context, cfg Config) (*Index, error) {
 		kLease:     cfg.Prefix + "lease:" + cfg.Owner,
 		kPrimed:    cfg.Prefix + "primed:" + cfg.Owner,
 		kHoldParts: cfg.Prefix + "holdparts",
+		token:      ulid.Make().String(),
 	}
 	cctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()

@@ -220,14 +220,37 @@ return es
 `)
 
 // heartbeatScript: KEYS = alive:<owner>, reaped:<owner>, owners; ARGV =
-// owner, ttlMs. Marks the owner alive for ttl and lists it among the owners
-// ReapDead watches. Returns 1 when a tombstone said the owner was reaped
-// since its last heartbeat (and clears it), else 0.
+// owner, ttlMs, token. Marks the owner alive for ttl (the record holds this
+// process's token) and lists it among the owners ReapDead watches. Returns
+// 1 when a tombstone said the owner was reaped since its last heartbeat
+// (and clears it), 0 otherwise, and -1 without writing when another
+// process's token holds the record.
 var heartbeatScript = goredis.NewScript(`
+local cur = redis.call('GET', KEYS[1])
+if cur and cur ~= ARGV[3] then return -1 end
 local reaped = redis.call('DEL', KEYS[2])
-redis.call('SET', KEYS[1], '1', 'PX', ARGV[2])
+redis.call('SET', KEYS[1], ARGV[3], 'PX', ARGV[2])
 redis.call('SADD', KEYS[3], ARGV[1])
 return reaped
+`)
+
+// acquireScript: KEYS and ARGV as heartbeatScript. Takes the record only
+// if it is free (or already this token's); clears an old tombstone.
+// Returns 1 when held, 0 when another token holds it.
+var acquireScript = goredis.NewScript(`
+local cur = redis.call('GET', KEYS[1])
+if cur and cur ~= ARGV[3] then return 0 end
+redis.call('SET', KEYS[1], ARGV[3], 'PX', ARGV[2])
+redis.call('DEL', KEYS[2])
+redis.call('SADD', KEYS[3], ARGV[1])
+return 1
+`)
+
+// releaseScript: KEYS = alive:<owner>; ARGV = token. Deletes the record
+// if this token holds it.
+var releaseScript = goredis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
 `)
 
 // reapScript: KEYS = owners; ARGV = prefix, tombstoneMs. For every listed

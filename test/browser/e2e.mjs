@@ -327,6 +327,24 @@ const scenarios = {
     await openChat(bob, chat);
     for (const [p, n] of [[alice, 'alice'], [bob, 'bob']]) {
       await waitBodies(p, [emoji, hebrew, arabic, long, lines]);
+      // Let fonts load and the layout settle (a read receipt or a late
+      // font re-lays the list out; under a loaded machine the first
+      // measurement could catch it mid-way). A layout that never settles
+      // still fails the assertions below, with their messages.
+      await p.evaluate(() => document.fonts.ready);
+      await p
+        .waitForFunction(
+          () => {
+            const box = document.querySelector('#messages').getBoundingClientRect();
+            return [...document.querySelectorAll('#message-list .msg')].every((m) => {
+              const r = m.getBoundingClientRect();
+              return r.left >= box.left - 1 && r.right <= box.right + 1;
+            });
+          },
+          null,
+          { timeout: WAIT },
+        )
+        .catch(() => {});
       const info = await p.$$eval('#message-list .msg', (msgs) =>
         msgs.map((m) => {
           const b = m.querySelector('.body');

@@ -23,11 +23,15 @@ type recording struct {
 	history.Store
 	mu      sync.Mutex
 	batches []int
+	entered int // Commit calls begun (before the gate)
 	fail    bool
 	gate    chan struct{}
 }
 
 func (r *recording) Commit(ctx context.Context, d []history.Draft) ([]history.Result, error) {
+	r.mu.Lock()
+	r.entered++
+	r.mu.Unlock()
 	if r.gate != nil {
 		<-r.gate
 	}
@@ -198,7 +202,9 @@ func TestBacklogIsDrainedIntoOneTransaction(t *testing.T) {
 			t.Fatal(err)
 		}
 		if i == 3 {
-			eventually(t, func() bool { st.mu.Lock(); defer st.mu.Unlock(); return len(p.in) == 0 })
+			// Wait until the first batch is inside Commit (so it is 4,
+			// whatever the machine's load), then queue the backlog.
+			eventually(t, func() bool { st.mu.Lock(); defer st.mu.Unlock(); return st.entered == 1 })
 		}
 	}
 	close(st.gate)

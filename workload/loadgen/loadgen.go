@@ -93,6 +93,10 @@ func (c *Config) validate() error {
 		return fmt.Errorf("clients must be >= 2, got %d", c.Clients)
 	case c.GroupSize < 2 || c.GroupSize > c.Clients:
 		return fmt.Errorf("group size must be between 2 and clients (%d), got %d", c.Clients, c.GroupSize)
+	case c.Clients%c.GroupSize != 0:
+		// A client left over would be in no chat: it would take its share
+		// of the rate and send nothing.
+		return fmt.Errorf("clients (%d) must be a multiple of the group size (%d): every client is in exactly one chat", c.Clients, c.GroupSize)
 	case c.Rate <= 0:
 		return fmt.Errorf("rate must be > 0, got %v", c.Rate)
 	case c.Duration <= 0:

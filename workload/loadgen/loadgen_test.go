@@ -105,6 +105,7 @@ func TestConfigValidation(t *testing.T) {
 	for _, mut := range []func(*Config){
 		func(c *Config) { c.Clients = 1 },
 		func(c *Config) { c.GroupSize = 1 },
+		func(c *Config) { c.Clients, c.GroupSize = 3, 2 },
 		func(c *Config) { c.Rate = 0 },
 		func(c *Config) { c.Duration = 0 },
 		func(c *Config) { c.URL = "http://x"; c.Secret = "" },

@@ -85,6 +85,15 @@ func New(snapshot func(ctx context.Context) (Snapshot, error)) *Metrics {
 		m.commitFail, m.connections, m.reconnects, m.readReceipts} {
 		f(c)
 	}
+	// Every label value the docs list exists from the start, at 0, so a
+	// rate() has a baseline and absent() in an alert means a scrape problem,
+	// not a quiet server. The codes are PROTOCOL.md §3's send errors.
+	for _, code := range []string{"invalid", "forbidden", "not_found", "too_large", "rate_limited", "credit_exhausted", "overloaded"} {
+		m.shed.WithLabelValues(code)
+	}
+	for _, path := range []string{"fast", "poll"} {
+		m.deliveryLat.WithLabelValues(path)
+	}
 	f(collectors.NewGoCollector())
 	f(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	f(&scrape{snapshot: snapshot})

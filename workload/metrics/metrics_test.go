@@ -148,3 +148,20 @@ func grep(s, sub string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// The labelled series the docs list are there before the first event, at
+// 0 (a fresh tester found them missing until first used).
+func TestLabelledSeriesExistFromTheStart(t *testing.T) {
+	m := New(func(context.Context) (Snapshot, error) { return Snapshot{}, nil })
+	text := scrapeText(t, m)
+	for _, want := range []string{
+		`tetra_sends_refused_total{code="overloaded"} 0`,
+		`tetra_sends_refused_total{code="rate_limited"} 0`,
+		`tetra_delivery_latency_seconds_count{path="fast"} 0`,
+		`tetra_delivery_latency_seconds_count{path="poll"} 0`,
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("missing at start: %s", want)
+		}
+	}
+}

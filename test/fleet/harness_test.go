@@ -479,47 +479,18 @@ func (l *load) reconcile() {
 	for _, m := range mismatch {
 		t.Errorf("idempotency broken: %s", m)
 	}
-	byCorr := map[string]int{}
-	total := 0
+	pages := map[string]testenv.HistoryPage{}
 	for chatID, pair := range l.chats {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		since := ""
-		for {
-			page, more, err := pair[0].c.Load().History(ctx, chatID, since, 500)
-			if err != nil {
-				t.Fatalf("history of %s: %v", chatID, err)
-			}
-			for _, m := range page {
-				total++
-				byCorr[m.SenderID+"\x00"+m.CorrelationID]++
-				s, ok := accepted[m.CorrelationID]
-				switch {
-				case !ok:
-					t.Errorf("history holds %s (corr %s) that nobody saw accepted", m.MessageID, m.CorrelationID)
-				case s.messageID != m.MessageID || s.chatID != chatID:
-					t.Errorf("history has corr %s as %s in %s; accepted as %s in %s", m.CorrelationID, m.MessageID, chatID, s.messageID, s.chatID)
-				}
-			}
-			if !more || len(page) == 0 {
-				break
-			}
-			since = page[len(page)-1].MessageID
-		}
-		cancel()
-	}
-	for k, n := range byCorr {
-		if n != 1 {
-			t.Errorf("correlationId %q stored %d times", k, n)
+		c := pair[0]
+		pages[chatID] = func(ctx context.Context, since string) ([]protocol.Message, bool, error) {
+			return c.c.Load().History(ctx, chatID, since, 500)
 		}
 	}
+	answers := map[string]testenv.Sent{}
 	for corr, s := range accepted {
-		if byCorr[s.sender+"\x00"+corr] == 0 {
-			t.Errorf("LOST: %s (corr %s) was accepted but is not in history", s.messageID, corr)
-		}
+		answers[corr] = testenv.Sent{MessageID: s.messageID, ChatID: s.chatID, Sender: s.sender}
 	}
-	if total != len(accepted) {
-		t.Errorf("history holds %d messages, %d were accepted", total, len(accepted))
-	}
+	total := testenv.CheckHistory(t, pages, answers)
 	want := map[string][]string{}
 	for _, s := range accepted {
 		for _, u := range l.chats[s.chatID] {

@@ -79,9 +79,10 @@ func (c Config) withDefaults() Config {
 }
 
 // Stats are the engine's counters since start. All fields are totals except
-// Connected, SafeLine and OutboxDepth-like gauges.
+// the gauges Connected, Behind and SafeLine.
 type Stats struct {
 	Connected       int              `json:"connected"`
+	Behind          int              `json:"behind"`          // connections with messages waiting behind a full push window
 	FastDeliveries  int64            `json:"fastDeliveries"`  // frames sent by the fast path
 	PollDeliveries  int64            `json:"pollDeliveries"`  // first sends by the poller
 	Redeliveries    int64            `json:"redeliveries"`    // re-sends after a lease expired
@@ -93,6 +94,7 @@ type Stats struct {
 	Rebuilds        map[string]int64 `json:"rebuilds"`        // index rebuilds by reason
 	SafeLine        map[int32]int64  `json:"safeLine"`        // last safe-delete line per partition
 	EnqueueFailures int64            `json:"enqueueFailures"` // frames not queued: a connection's queue was full
+	Deferred        int64            `json:"deferred"`        // sends left in the outbox because the push window was full
 	OwnersReaped    int64            `json:"ownersReaped"`    // dead processes whose index state this one reaped
 }
 
@@ -111,22 +113,89 @@ type Member struct {
 	connectedAt time.Time
 	epoch       int64        // the device claim's epoch in a shared index; 0 without one
 	lastSeen    atomic.Int64 // unix nanos
-	pending     atomic.Int64 // pending count last reported by the index
 
 	mu      sync.Mutex
 	horizon map[int32]int64 // rows at or below were examined by the poller (or precede the connection)
 	ahead   map[pkey]struct{}
-	// shed is the lowest position the fast path dropped for this member
-	// (per partition), or absent. While set, later fast-path items are
-	// left to the poller too, so the member still receives commit order;
-	// the poller clears it once its horizon passes.
-	shed   map[int32]int64
-	shard  int
-	frames map[string][]byte // pending message id -> encoded frame, for re-delivery
+	// shed is the lowest position the fast path left to the poller for
+	// this member (per partition), or absent. While set, later fast-path
+	// items are left to the poller too, so the member still receives
+	// commit order; the poller clears it once its horizon passes.
+	shed map[int32]int64
+	// behind holds the partitions where rows for this member wait above
+	// its horizon because its push window was full when the poller came
+	// to them, each with the acceptance time of the oldest message
+	// waiting; the poller's catch-up delivers them in order as
+	// acknowledgements free the window (see catchUp). While a partition is
+	// behind, the poller's hold stays at or below horizon+1, so GC keeps
+	// those rows.
+	behind map[int32]time.Time
+	// progressAt is when the window last moved while the member was
+	// behind: an acknowledgement freed a slot, or the member fell behind.
+	// The overload reaper judges a member that stopped making progress.
+	progressAt time.Time
+	shard       int
+	// out is the push window: every message frame sent to this connection
+	// (or about to be) and not acknowledged, by message id. It never holds
+	// more than max-pending entries. It is this process's own record of
+	// what its connection holds: the index mirrors it (Sent, Ack), and a
+	// rebuild restores the index from it.
+	out map[string]*outstanding
+}
+
+// outstanding is one message in a member's push window.
+type outstanding struct {
+	entry      waterline.Entry
+	frame      []byte
+	attempts   int       // sends so far; 0 while the first send is on its way
+	leaseUntil time.Time // when it is due again; zero before the first send
 }
 
 // ID is the member's connection id.
 func (m *Member) ID() string { return m.client.ID }
+
+// slot is the outcome of asking a member's window for room.
+type slot int
+
+const (
+	slotTaken   slot = iota // reserved: send it
+	slotHeld                // already outstanding: sent before, nothing to do
+	slotRefused             // the window is full
+)
+
+// reserveLocked takes a window slot for it, recording its frame; the caller
+// holds m.mu. window is max-pending.
+func (m *Member) reserveLocked(it item, window int) slot {
+	if _, ok := m.out[it.entry.MessageID]; ok {
+		return slotHeld
+	}
+	if len(m.out) >= window {
+		return slotRefused
+	}
+	m.out[it.entry.MessageID] = &outstanding{entry: it.entry, frame: it.frame}
+	return slotTaken
+}
+
+// isBehind reports whether rows of partition p wait for m's window; the
+// caller holds m.mu.
+func (m *Member) isBehind(p int32) bool {
+	_, ok := m.behind[p]
+	return ok
+}
+
+// fallBehindLocked records that the message accepted at oldest, and what
+// follows it in partition p, wait for m's window; the caller holds m.mu.
+func (m *Member) fallBehindLocked(p int32, oldest, now time.Time) {
+	if len(m.behind) == 0 {
+		m.progressAt = now
+	}
+	m.behind[p] = oldest
+}
+
+// catchUpLocked clears partition p's behind mark; the caller holds m.mu.
+func (m *Member) catchUpLocked(p int32) {
+	delete(m.behind, p)
+}
 
 type item struct {
 	entry  waterline.Entry
@@ -161,6 +230,11 @@ type Engine struct {
 	samples    map[int32][]headSample // GC goroutine only
 	deleted    map[int32]int64        // GC goroutine only
 
+	// lagging holds the members behind in some partition (Member.behind),
+	// so the poller's catch-up and hold need not visit every connection.
+	lagMu   sync.Mutex
+	lagging map[*Member]struct{}
+
 	// fastQ has one queue per worker; a connection's items always go to
 	// the same worker, so each connection sees commit order.
 	fastQ    []chan fastItem
@@ -178,14 +252,25 @@ type Engine struct {
 	wg      sync.WaitGroup
 	stopped atomic.Bool
 
-	statMu sync.Mutex
-	stats  Stats
-	fast   atomic.Int64
-	polled atomic.Int64
-	redel  atomic.Int64
-	shed   atomic.Int64
-	acks   atomic.Int64
-	enqF   atomic.Int64
+	hooks testHooks
+
+	statMu   sync.Mutex
+	stats    Stats
+	fast     atomic.Int64
+	polled   atomic.Int64
+	redel    atomic.Int64
+	shed     atomic.Int64
+	acks     atomic.Int64
+	enqF     atomic.Int64
+	deferred atomic.Int64
+}
+
+// testHooks are set only by this package's tests, to land an event
+// between two steps of a pass.
+type testHooks struct {
+	// beforeSafeLine runs in every GC pass after the priming check and the
+	// outbox statistics, before the safe line is read.
+	beforeSafeLine func()
 }
 
 type headSample struct {
@@ -213,6 +298,7 @@ func New(log outbox.Log, idx waterline.Index, tuning func() config.Tuning, cfg C
 		cfg: cfg, tuning: tuning, log: log, idx: idx, logger: logger, now: time.Now,
 		byID:     map[string]*Member{},
 		byUser:   map[string]map[string]*Member{},
+		lagging:  map[*Member]struct{}{},
 		scanPos:  map[int32]*atomic.Int64{},
 		samples:  map[int32][]headSample{},
 		deleted:  map[int32]int64{},
@@ -336,7 +422,8 @@ func (e *Engine) Register(ctx context.Context, c Conn) (*Member, error) {
 		horizon:     map[int32]int64{},
 		ahead:       map[pkey]struct{}{},
 		shed:        map[int32]int64{},
-		frames:      map[string][]byte{},
+		behind:      map[int32]time.Time{},
+		out:         map[string]*outstanding{},
 		shard:       int(e.nextShard.Add(1) % uint64(len(e.fastQ))),
 	}
 	m.lastSeen.Store(now.UnixNano())
@@ -430,7 +517,30 @@ func (e *Engine) unregister(m *Member) bool {
 			delete(e.byUser, m.client.User)
 		}
 	}
+	e.setLagging(m, false)
 	return true
+}
+
+// setLagging adds m to, or removes it from, the members behind.
+func (e *Engine) setLagging(m *Member, lagging bool) {
+	e.lagMu.Lock()
+	defer e.lagMu.Unlock()
+	if lagging {
+		e.lagging[m] = struct{}{}
+	} else {
+		delete(e.lagging, m)
+	}
+}
+
+// laggingMembers is a snapshot of the members behind.
+func (e *Engine) laggingMembers() []*Member {
+	e.lagMu.Lock()
+	defer e.lagMu.Unlock()
+	out := make([]*Member, 0, len(e.lagging))
+	for m := range e.lagging {
+		out = append(out, m)
+	}
+	return out
 }
 
 func (e *Engine) dropFromIndex(m *Member) {
@@ -478,24 +588,38 @@ func (e *Engine) Registered(m *Member) bool {
 // Touch records that m showed life (a frame or a pong).
 func (e *Engine) Touch(m *Member) { m.lastSeen.Store(e.now().UnixNano()) }
 
-// Ack removes acknowledged message ids from m's pending set.
+// Ack removes acknowledged message ids from m's push window and from its
+// pending set in the index. Freeing room in the window of a member that has
+// messages waiting wakes the poller, which sends them (catchUp). Ids that
+// are not outstanding are ignored.
 func (e *Engine) Ack(ctx context.Context, m *Member, ids []string) error {
 	e.Touch(m)
-	e.idxMu.RLock()
-	pending, err := e.idx.Ack(ctx, m.client.ID, ids)
-	e.idxMu.RUnlock()
-	if err != nil && !errors.Is(err, waterline.ErrUnknownClient) {
-		return err
-	}
-	if err == nil {
-		m.pending.Store(int64(pending))
-	}
 	m.mu.Lock()
+	freed := false
 	for _, id := range ids {
-		delete(m.frames, id)
+		if _, ok := m.out[id]; ok {
+			delete(m.out, id)
+			freed = true
+		}
+	}
+	waiting := len(m.behind) > 0 || len(m.shed) > 0
+	if freed && len(m.behind) > 0 {
+		m.progressAt = e.now()
 	}
 	m.mu.Unlock()
+	if freed && waiting {
+		e.wakePoller()
+	}
 	e.acks.Add(int64(len(ids)))
+	e.idxMu.RLock()
+	_, err := e.idx.Ack(ctx, m.client.ID, ids)
+	e.idxMu.RUnlock()
+	if err != nil && !errors.Is(err, waterline.ErrUnknownClient) {
+		// The connection's window is already free; the index keeps the
+		// entries until their lease, when the poller finds them
+		// acknowledged and drops them (redeliver).
+		return err
+	}
 	return nil
 }
 
@@ -596,13 +720,14 @@ func (e *Engine) fastWorker(ctx context.Context, q chan fastItem) {
 }
 
 func (e *Engine) deliverFast(batch []fastItem) {
+	window := e.tuning().MaxPending
 	byMember := map[*Member][]item{}
 	for _, it := range batch {
 		m := it.m
 		k := pkey{it.entry.Partition, it.entry.Pos}
 		m.mu.Lock()
-		if k.pos <= m.horizon[k.p] {
-			m.mu.Unlock()
+		if k.pos <= m.horizon[k.p] || m.isBehind(k.p) {
+			m.mu.Unlock() // examined already, or the catch-up delivers it in order
 			continue
 		}
 		if _, shedding := m.shed[k.p]; shedding {
@@ -610,6 +735,19 @@ func (e *Engine) deliverFast(batch []fastItem) {
 			continue
 		}
 		if _, dup := m.ahead[k]; dup {
+			m.mu.Unlock()
+			continue
+		}
+		switch m.reserveLocked(it.item, window) {
+		case slotRefused:
+			// The window is full: the row waits in the outbox and the
+			// poller sends it as acknowledgements free the window.
+			m.shed[k.p] = k.pos
+			m.mu.Unlock()
+			e.deferred.Add(1)
+			continue
+		case slotHeld:
+			m.ahead[k] = struct{}{}
 			m.mu.Unlock()
 			continue
 		}
@@ -624,53 +762,64 @@ func (e *Engine) deliverFast(batch []fastItem) {
 	}
 }
 
-// send records items as sent to m in the index (lease, attempts), keeps
-// their frames for re-delivery and queues them on the socket. It returns how
-// many were queued. The overload reaper judges the pending count on the
-// poller's clock (ReapOverloaded), not here: a burst larger than max-pending
-// that the client acknowledges within one round trip is healthy.
+// send sends items, whose window slots the caller reserved (or which are
+// outstanding already, for a re-delivery), to m: it records them in the
+// index with a lease (Sent), counts an attempt and queues their frames on
+// the socket. It returns how many were queued.
+//
+// The connection's own record (Member.out) is what re-delivery and a
+// rebuild go by, so a send the index refused is still delivered: when the
+// index lost the registration (a flush, a failover) the next rebuild puts
+// the entries back; when Redis is unreachable GC deletes nothing until it
+// is back.
 func (e *Engine) send(m *Member, items []item) int {
 	if len(items) == 0 {
 		return 0
 	}
 	t := e.tuning()
+	lease := e.now().Add(t.Lease)
 	entries := make([]waterline.Entry, len(items))
 	for i, it := range items {
 		entries[i] = it.entry
 	}
 	ctx, cancel := e.ctx()
 	e.idxMu.RLock()
-	pending, err := e.idx.Sent(ctx, m.client.ID, entries, e.now().Add(t.Lease))
+	_, err := e.idx.Sent(ctx, m.client.ID, entries, lease)
 	e.idxMu.RUnlock()
 	cancel()
-	if errors.Is(err, waterline.ErrUnknownClient) {
-		// Withdrawn meanwhile, or a rebuild is re-registering it; in a
-		// shared index, another process may have reaped this one.
-		if e.fleet != nil && e.Registered(m) {
+	switch {
+	case errors.Is(err, waterline.ErrUnknownClient):
+		if !e.Registered(m) {
+			return 0 // withdrawn meanwhile
+		}
+		// The index lost this registration: a flush or a failover that
+		// the next GC pass rebuilds from, or, in a shared index, another
+		// process reaped this one (the heartbeat tells).
+		if e.fleet != nil {
 			e.checkReaped()
 		}
-		return 0
+	case err != nil:
+		e.logger.Warn("waterline index refused a send; delivering (the connection's window keeps it for re-delivery)", "conn", m.client.ID, "err", err)
 	}
-	if err != nil {
-		// Not tracked: push anyway (the client dedupes, and history
-		// recovers a frame lost in transit), but say so.
-		e.logger.Warn("waterline index refused a send; delivering untracked", "conn", m.client.ID, "err", err)
-	}
+	frames := make([][]byte, 0, len(items))
 	m.mu.Lock()
 	for _, it := range items {
-		m.frames[it.entry.MessageID] = it.frame
+		o := m.out[it.entry.MessageID]
+		if o == nil {
+			continue // acknowledged meanwhile (a re-send crossing an ack)
+		}
+		o.attempts++
+		o.leaseUntil = lease
+		frames = append(frames, o.frame)
 	}
 	m.mu.Unlock()
 	n := 0
-	for _, it := range items {
-		if m.conn.Enqueue(it.frame) {
+	for _, f := range frames {
+		if m.conn.Enqueue(f) {
 			n++
 		} else {
 			e.enqF.Add(1)
 		}
-	}
-	if err == nil {
-		m.pending.Store(int64(pending))
 	}
 	return n
 }
@@ -764,6 +913,10 @@ func (e *Engine) Stats() Stats {
 	s.FastShed = e.shed.Load()
 	s.Acks = e.acks.Load()
 	s.EnqueueFailures = e.enqF.Load()
+	s.Deferred = e.deferred.Load()
+	e.lagMu.Lock()
+	s.Behind = len(e.lagging)
+	e.lagMu.Unlock()
 	return s
 }
 

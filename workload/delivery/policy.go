@@ -21,10 +21,17 @@ func spared(t config.Tuning, age time.Duration) bool {
 	return age < t.ReconnectGrace
 }
 
-// OverloadReaper: withdraw a client whose unacknowledged backlog exceeds
-// maxPending (paper: "signal: depth").
-func OverloadReaper(t config.Tuning, pending int, age time.Duration) bool {
-	return pending > t.MaxPending && !spared(t, age)
+// OverloadReaper judges a client that has messages waiting behind its full
+// push window (paper: "signal: depth", judged as depth that does not
+// drain): withdraw it when its window made no progress for longer than
+// pendingTimeout (stalled: time since an acknowledgement last freed a slot,
+// or since it fell behind), or when the oldest message waiting for it is
+// older than lease x maxDeliveryAttempts (lag: it cannot keep up; an
+// unacknowledged message would have withdrawn it by then too). A client
+// that acknowledges as frames arrive is never withdrawn for a burst.
+func OverloadReaper(t config.Tuning, stalled, lag, age time.Duration) bool {
+	maxLag := t.Lease * time.Duration(t.MaxDeliveryAttempts)
+	return (stalled > t.PendingTimeout || lag > maxLag) && !spared(t, age)
 }
 
 // AttemptsReaper: withdraw the recipient of a message that is due again

@@ -54,6 +54,10 @@ type Limits struct {
 	MaxInFlightSends int `json:"maxInFlightSends"`
 	SendsPerSecond   int `json:"sendsPerSecond"`
 	PingIntervalMs   int `json:"pingIntervalMs"`
+	// MaxPending is the push window, an addition to PROTOCOL.md §3: the
+	// most message frames the server keeps unacknowledged on this
+	// connection; more are sent as acks free the window.
+	MaxPending int `json:"maxPending"`
 }
 
 // Hello is the first frame the server sends on every connection.

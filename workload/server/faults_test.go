@@ -136,7 +136,7 @@ func TestE2ERestartWipesTheCrashedOwnersPins(t *testing.T) {
 	if err := stale.MarkPrimed(ctx, id); err != nil {
 		t.Fatal(err)
 	}
-	if line, ok, _ := stale.SafeLine(ctx, 0); !ok || line != 1 {
+	if line, ok, _ := stale.SafeLine(ctx, 0, id); !ok || line != 1 {
 		t.Fatalf("setup: ghost pin not in place (line %d, %v)", line, ok)
 	}
 	e := newEnv(t, backend{name: "postgres+redis", start: func(t *testing.T, mutate func(*server.Config)) *server.Server {

@@ -238,7 +238,8 @@ func (c *session) run() {
 	// every later one is pushed. No gap between the two.
 	c.send(protocol.Hello{Type: protocol.TypeHello, UserID: c.user, Device: c.device, ConnectionID: c.id,
 		Limits: protocol.Limits{MaxBodyBytes: t.MaxBodyBytes, MaxInFlightSends: t.MaxInFlightSends,
-			SendsPerSecond: t.SendsPerSecond, PingIntervalMs: int(t.PingInterval / time.Millisecond)}})
+			SendsPerSecond: t.SendsPerSecond, PingIntervalMs: int(t.PingInterval / time.Millisecond),
+			MaxPending: t.MaxPending}})
 	rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
 	m, err := s.engine.Register(rctx, c)
 	rcancel()

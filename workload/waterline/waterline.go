@@ -16,6 +16,14 @@ var (
 	// ErrOwnerTaken: another live process uses this process's owner name
 	// in a shared index (Fleet).
 	ErrOwnerTaken = errors.New("waterline: another live process uses this owner name")
+	// ErrNotPrimed is returned by SafeLine when the index is not in the
+	// state it was primed in: its primed flag is missing or records another
+	// identity, the backing server's identity changed (a restart, a flush,
+	// a failover to a replica), or, in a shared index, a live process has
+	// not primed with the current identity. No line is computed; the
+	// caller must rebuild (and wait for the other processes) before it
+	// deletes anything.
+	ErrNotPrimed = errors.New("waterline: index not primed with the expected identity")
 )
 
 // Client is one connection registered for live delivery.
@@ -98,14 +106,24 @@ type Index interface {
 	// registered clients (each client's lowest pending Pos) and the live
 	// holds. ok is false when nothing pins the partition. Rows with
 	// Pos < line may be deleted.
-	SafeLine(ctx context.Context, partition int32) (line int64, ok bool, err error)
+	//
+	// The line is computed only from the state the caller primed: in the
+	// same atomic step as it reads the pins, SafeLine checks that this
+	// Index value's primed flag records identity, that the backing
+	// server's Identity is identity, and (Fleet) that no live owner lags
+	// (Laggards); otherwise it returns ErrNotPrimed and no line. A flush
+	// or a failover between the caller's own checks and this call can
+	// therefore never yield a line computed from an empty or stale index.
+	SafeLine(ctx context.Context, partition int32, identity string) (line int64, ok bool, err error)
 
 	// Clients lists the clients this Index value registered.
 	Clients(ctx context.Context) ([]Client, error)
-	// Restore adds entries to a registered client's pending set with
-	// Attempts 0 and an already expired lease, unless already pending. A
-	// rebuild uses it to pin what a full scan of the outbox found.
-	Restore(ctx context.Context, clientID string, entries []Entry) error
+	// Restore adds entries to a registered client's pending set, each
+	// with its Attempts and LeaseUntil (a zero LeaseUntil is due at once),
+	// unless its MessageID is already pending (then it is left alone). The
+	// entries' ClientID fields are ignored. A rebuild uses it to put back
+	// what the process's connections hold sent and unacknowledged.
+	Restore(ctx context.Context, clientID string, entries []Pending) error
 	// Reset forgets every client, pending entry, hold and the primed flag.
 	Reset(ctx context.Context) error
 	// State returns the primed flag and the identity recorded with it.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"strconv"
 	"time"
 
@@ -25,8 +26,11 @@ const (
 
 var _ waterline.Fleet = (*Index)(nil)
 
+// kDevice is the key of a device's newest claim epoch. User and device
+// are query-escaped (":" included), so the key name is printable, has no
+// NUL byte, and no two (user, device) pairs share it.
 func (x *Index) kDevice(user, device string) string {
-	return x.cfg.Prefix + "dev:" + user + "\x00" + device
+	return x.cfg.Prefix + "dev:" + url.QueryEscape(user) + ":" + url.QueryEscape(device)
 }
 func (x *Index) kChannel() string { return x.cfg.Prefix + "fleet" }
 
@@ -157,7 +161,7 @@ func (x *Index) dispatch(payload string, h waterline.FleetHandlers) {
 }
 
 func (x *Index) aliveKeys() []string {
-	return []string{x.cfg.Prefix + "alive:" + x.cfg.Owner, x.cfg.Prefix + "reaped:" + x.cfg.Owner, x.cfg.Prefix + "owners"}
+	return []string{x.cfg.Prefix + "alive:" + x.cfg.Owner, x.cfg.Prefix + "reaped:" + x.cfg.Owner, x.kOwners()}
 }
 
 // Acquire implements waterline.Fleet.
@@ -205,7 +209,7 @@ func (x *Index) Heartbeat(ctx context.Context, ttl time.Duration) (bool, error) 
 func (x *Index) ReapDead(ctx context.Context) ([]string, error) {
 	cctx, cancel := x.call(ctx)
 	defer cancel()
-	res, err := reapScript.Run(cctx, x.rdb, []string{x.cfg.Prefix + "owners"},
+	res, err := reapScript.Run(cctx, x.rdb, []string{x.kOwners()},
 		x.cfg.Prefix, tombstoneTTL.Milliseconds()).StringSlice()
 	if err != nil {
 		return nil, unavailable("reap dead owners", err)
@@ -217,7 +221,7 @@ func (x *Index) ReapDead(ctx context.Context) ([]string, error) {
 func (x *Index) Laggards(ctx context.Context, identity string) ([]string, error) {
 	cctx, cancel := x.call(ctx)
 	defer cancel()
-	res, err := laggardsScript.Run(cctx, x.rdb, []string{x.cfg.Prefix + "owners"}, x.cfg.Prefix, identity).StringSlice()
+	res, err := laggardsScript.Run(cctx, x.rdb, []string{x.kOwners()}, x.cfg.Prefix, identity).StringSlice()
 	if err != nil {
 		return nil, unavailable("laggards", err)
 	}

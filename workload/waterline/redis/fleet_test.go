@@ -2,6 +2,7 @@ package redis_test
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"sync"
@@ -132,9 +133,8 @@ func TestReapDeadOwner(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := a.MarkPrimed(ctx, "id"); err != nil {
-		t.Fatal(err)
-	}
+	id := primed(t, a)
+	primed(t, b)
 	if _, err := a.Heartbeat(ctx, 300*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +143,7 @@ func TestReapDeadOwner(t *testing.T) {
 	}
 	line := func() int64 {
 		t.Helper()
-		l, ok, err := b.SafeLine(ctx, 0)
+		l, ok, err := b.SafeLine(ctx, 0, id)
 		if err != nil || !ok {
 			t.Fatalf("SafeLine = %d, %v, %v", l, ok, err)
 		}
@@ -175,6 +175,12 @@ func TestReapDeadOwner(t *testing.T) {
 	if r, err := a.Heartbeat(ctx, time.Minute); err != nil || r {
 		t.Fatalf("pod-a's second Heartbeat = %v, %v; want not reaped (tombstone consumed)", r, err)
 	}
+	// pod-a is alive again, unprimed: a laggard, so no line until it
+	// rebuilds.
+	if _, _, err := b.SafeLine(ctx, 0, id); !errors.Is(err, waterline.ErrNotPrimed) {
+		t.Fatalf("SafeLine while the reaped pod-a lives unprimed: %v; want ErrNotPrimed", err)
+	}
+	primed(t, a)
 	// An owner that never heartbeat (an older build) is never reaped.
 	cfg.Owner = "old-build"
 	c, err := redis.New(ctx, cfg)

@@ -134,7 +134,7 @@ type Member struct {
 	// behind: an acknowledgement freed a slot, or the member fell behind.
 	// The overload reaper judges a member that stopped making progress.
 	progressAt time.Time
-	shard       int
+	shard      int
 	// out is the push window: every message frame sent to this connection
 	// (or about to be) and not acknowledged, by message id. It never holds
 	// more than max-pending entries. It is this process's own record of

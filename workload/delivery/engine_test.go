@@ -79,7 +79,7 @@ func messageIDOf(t testing.TB, frame []byte) string {
 	}
 	return f.MessageID
 }
-func (c *fakeConn) code() int  { c.mu.Lock(); defer c.mu.Unlock(); return c.closed }
+func (c *fakeConn) code() int { c.mu.Lock(); defer c.mu.Unlock(); return c.closed }
 
 // clock is a settable clock shared by the engine and the index.
 type clock struct {

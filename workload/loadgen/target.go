@@ -128,6 +128,7 @@ func TuningArgs(t config.Tuning) []string {
 		"--lease=" + t.Lease.String(),
 		"--max-delivery-attempts=" + strconv.Itoa(t.MaxDeliveryAttempts),
 		"--max-pending=" + strconv.Itoa(t.MaxPending),
+		"--pending-timeout=" + t.PendingTimeout.String(),
 		"--reconnect-grace=" + t.ReconnectGrace.String(),
 		"--ping-interval=" + t.PingInterval.String(),
 		"--ping-timeout=" + t.PingTimeout.String(),

@@ -60,7 +60,7 @@ func (e *Engine) startFleet(ctx context.Context) error {
 			return err
 		}
 		if held {
-			return nil
+			return e.bindOutbox(ctx, f)
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("another live process uses index owner %q (its heartbeat stayed fresh for %v): give every process its own --index-owner: %w",
@@ -261,4 +261,19 @@ func (e *Engine) fleetMayDelete(ctx context.Context, identity string) (bool, err
 		return false, nil
 	}
 	return true, nil
+}
+
+// bindOutbox records, in the shared index, which outbox its key prefix
+// covers, and refuses (releasing this owner's liveness record) when the
+// prefix already covers another outbox of a live deployment.
+func (e *Engine) bindOutbox(ctx context.Context, f waterline.Fleet) error {
+	id, err := e.log.ID(ctx)
+	if err == nil {
+		err = f.BindOutbox(ctx, id)
+	}
+	if err != nil {
+		_ = f.Release(context.WithoutCancel(ctx))
+		return err
+	}
+	return nil
 }

@@ -24,6 +24,9 @@ var (
 	// caller must rebuild (and wait for the other processes) before it
 	// deletes anything.
 	ErrNotPrimed = errors.New("waterline: index not primed with the expected identity")
+	// ErrPrefixTaken: the shared index's key prefix already indexes
+	// another outbox, and a process of that deployment is alive (Fleet).
+	ErrPrefixTaken = errors.New("waterline: the key prefix indexes another outbox")
 )
 
 // Client is one connection registered for live delivery.
@@ -163,6 +166,14 @@ type FleetHandlers struct {
 type Fleet interface {
 	// Owner names this process in the index.
 	Owner() string
+	// BindOutbox records that this index (its key prefix) covers the
+	// outbox named outboxID (outbox.Log.ID). When another outbox is
+	// recorded and any other owner is alive, it fails with ErrPrefixTaken
+	// naming it: two outboxes under one waterline would each delete rows
+	// the other's clients have not acknowledged. When no other owner is
+	// alive, the record is replaced (the old deployment is gone). Call it
+	// after Acquire, so two deployments starting at once see each other.
+	BindOutbox(ctx context.Context, outboxID string) error
 	// Claim records connID as the newest connection of (user, device),
 	// returns the claim with its epoch and announces it to the other
 	// processes (Subscribe's onClaim). Announcing is best effort; the

@@ -122,3 +122,14 @@ func (db *DB) Stats(ctx context.Context, partition int32) (outbox.Stats, error) 
 	}
 	return st, nil
 }
+
+// ID names this database's outbox: "sqlite:" and the random id minted when
+// its schema was created (table tetra_meta). Stable for the life of the
+// database file; a copy of the file shares it.
+func (db *DB) ID(ctx context.Context) (string, error) {
+	var id string
+	if err := db.r.QueryRowContext(ctx, `SELECT value FROM tetra_meta WHERE key = 'outbox_id'`).Scan(&id); err != nil {
+		return "", logUnavailable("outbox id", err)
+	}
+	return "sqlite:" + id, nil
+}

@@ -249,3 +249,21 @@ func (x *Index) IdentityAge(ctx context.Context, identity string) (time.Duration
 	}
 	return time.Duration(ms) * time.Millisecond, nil
 }
+
+// BindOutbox implements waterline.Fleet: one script records outboxID under
+// the prefix ("outbox") unless another outbox is recorded and another
+// owner is alive.
+func (x *Index) BindOutbox(ctx context.Context, outboxID string) error {
+	cctx, cancel := x.call(ctx)
+	defer cancel()
+	res, err := bindScript.Run(cctx, x.rdb, []string{x.cfg.Prefix + "outbox", x.kOwners()},
+		x.cfg.Prefix, outboxID, x.cfg.Owner).StringSlice()
+	if err != nil {
+		return unavailable("bind outbox", err)
+	}
+	if len(res) == 2 {
+		return fmt.Errorf("redis: key prefix %q already indexes outbox %s, and its process %q is alive (this one's is %s): give each deployment its own --index-prefix: %w",
+			x.cfg.Prefix, res[0], res[1], outboxID, waterline.ErrPrefixTaken)
+	}
+	return nil
+}

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/tetra-messenger/tetra/workload/waterline"
 	"github.com/tetra-messenger/tetra/workload/waterline/redis"
@@ -260,5 +261,40 @@ func TestIdentityAge(t *testing.T) {
 	}
 	if age, err := b.IdentityAge(ctx, id2); err != nil || age > time.Second {
 		t.Fatalf("a new identity: age %v, %v; want about 0", age, err)
+	}
+}
+
+// TestKeyNamesArePrintable: every key the index and the fleet write under
+// the prefix is printable UTF-8 with no NUL or control byte, even for user
+// and device names with separators and non-ASCII letters, so a
+// `redis-cli --scan | xargs redis-cli del` cleanup works (issue 15).
+func TestKeyNamesArePrintable(t *testing.T) {
+	ctx := t.Context()
+	x, cfg := newIndex(t, func(c *redis.Config) { c.Owner = "pod:ä" })
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(x.Connect(ctx, waterline.Client{ID: "c1", User: "bob:x", Device: "phone ☎", Start: map[int32]int64{0: 0}}))
+	_, err := x.Sent(ctx, "c1", []waterline.Entry{{MessageID: "m1", Partition: 0, Pos: 3}}, time.Now().Add(time.Hour))
+	must(err)
+	must(x.Hold(ctx, "poller", 0, 1, time.Minute))
+	_, err = x.Claim(ctx, "bob:x", "phone ☎", "c1")
+	must(err)
+	_, err = x.Heartbeat(ctx, time.Minute)
+	must(err)
+	must(x.BindOutbox(ctx, "postgres:abc"))
+	must(x.MarkPrimed(ctx, primed(t, x)))
+	keys, err := rawClient(t, cfg.URL).Keys(ctx, cfg.Prefix+"*").Result()
+	must(err)
+	if len(keys) < 8 {
+		t.Fatalf("only %d keys under the prefix: %v", len(keys), keys)
+	}
+	for _, k := range keys {
+		if !utf8.ValidString(k) || strings.IndexFunc(k, func(r rune) bool { return r < 0x20 || r == 0x7f }) >= 0 {
+			t.Errorf("key %q is not printable", k)
+		}
 	}
 }

@@ -339,3 +339,20 @@ if first == nil then first = now end
 redis.call('SET', KEYS[1], string.format('%.0f', first), 'PX', ARGV[1])
 return now - first
 `)
+
+// bindScript: KEYS = outbox, owners; ARGV = prefix, outboxID, owner.
+// Records outboxID as the outbox the prefix indexes, unless another one is
+// recorded and an owner other than ARGV[3] is alive: then returns that
+// outbox and the live owner, writing nothing. Returns {} when bound.
+var bindScript = goredis.NewScript(`
+local cur = redis.call('GET', KEYS[1])
+if cur and cur ~= ARGV[2] then
+  for _, owner in ipairs(redis.call('SMEMBERS', KEYS[2])) do
+    if owner ~= ARGV[3] and redis.call('EXISTS', ARGV[1] .. 'alive:' .. owner) == 1 then
+      return {cur, owner}
+    end
+  end
+end
+redis.call('SET', KEYS[1], ARGV[2])
+return {}
+`)

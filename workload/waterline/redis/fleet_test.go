@@ -298,3 +298,37 @@ func TestKeyNamesArePrintable(t *testing.T) {
 		}
 	}
 }
+
+// TestBindOutbox: a prefix covers one outbox while any other process of it
+// is alive; the same outbox binds again (every replica does), another is
+// refused, and once the others are gone it may take the prefix over.
+func TestBindOutbox(t *testing.T) {
+	ctx := t.Context()
+	a, cfg := newIndex(t, func(c *redis.Config) { c.Owner = "a" })
+	cfg.Owner = "b"
+	b, err := redis.New(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	for _, x := range []*redis.Index{a, b} {
+		if held, err := x.Acquire(ctx, time.Minute); err != nil || !held {
+			t.Fatalf("Acquire = %v, %v", held, err)
+		}
+	}
+	if err := a.BindOutbox(ctx, "postgres:one"); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.BindOutbox(ctx, "postgres:one"); err != nil {
+		t.Fatalf("a second process of the same outbox: %v", err)
+	}
+	if err := b.BindOutbox(ctx, "postgres:two"); !errors.Is(err, waterline.ErrPrefixTaken) || !strings.Contains(err.Error(), "postgres:one") {
+		t.Fatalf("another outbox while a lives: %v; want ErrPrefixTaken naming postgres:one", err)
+	}
+	if err := a.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.BindOutbox(ctx, "postgres:two"); err != nil {
+		t.Fatalf("another outbox once the others are gone: %v", err)
+	}
+}

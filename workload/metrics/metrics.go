@@ -156,11 +156,13 @@ var (
 	dReaped       = prometheus.NewDesc("tetra_owners_reaped_total", "Processes sharing the Redis index whose heartbeat lapsed and whose index state this process reaped.", nil, nil)
 	dGCDeleted    = prometheus.NewDesc("tetra_gc_deleted_rows_total", "Outbox rows deleted by the waterline GC.", nil, nil)
 	dGCPasses     = prometheus.NewDesc("tetra_gc_passes_total", "Waterline GC passes.", nil, nil)
-	dRebuilds     = prometheus.NewDesc("tetra_index_rebuilds_total", "Waterline index rebuilds from the outbox, by reason (cold-start, identity-changed, requested).", []string{"reason"}, nil)
+	dRebuilds     = prometheus.NewDesc("tetra_index_rebuilds_total", "Waterline index rebuilds (from each connection's push window), by reason (cold-start, identity-changed, requested).", []string{"reason"}, nil)
 	dSafeLine     = prometheus.NewDesc("tetra_safe_delete_line", "Last safe-delete line (outbox position) per partition.", []string{"partition"}, nil)
 	dDepth        = prometheus.NewDesc("tetra_outbox_depth_rows", "Rows in the outbox, per partition.", []string{"partition"}, nil)
 	dOldest       = prometheus.NewDesc("tetra_outbox_oldest_age_seconds", "Age of the oldest outbox row (0 when empty): the one to alarm on.", nil, nil)
 	dInbound      = prometheus.NewDesc("tetra_inbound_queue_messages", "Sends waiting for the group commit.", nil, nil)
+	dDeferred     = prometheus.NewDesc("tetra_push_window_deferred_total", "Sends left waiting in the outbox because the connection's push window (max-pending unacknowledged frames) was full; they go as acknowledgements free it.", nil, nil)
+	dBehind       = prometheus.NewDesc("tetra_connections_behind", "Connections with messages waiting behind a full push window.", nil, nil)
 	dEnqFail      = prometheus.NewDesc("tetra_socket_queue_full_total", "Frames not queued because a connection's outbound queue was full (re-delivered after the lease).", nil, nil)
 	dReloads      = prometheus.NewDesc("tetra_tuning_reloads_total", "Live tuning changes applied from the tuning directory.", nil, nil)
 	dScrapeErrors = prometheus.NewDesc("tetra_scrape_errors_total", "Scrapes that could not read the outbox (their outbox gauges are missing).", nil, nil)
@@ -180,7 +182,7 @@ type scrape struct {
 
 func (s *scrape) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{dConnected, dDeliveries, dShedFast, dAcks, dWithdrawals, dReaped, dGCDeleted, dGCPasses,
-		dRebuilds, dSafeLine, dDepth, dOldest, dInbound, dEnqFail, dReloads, dScrapeErrors,
+		dRebuilds, dSafeLine, dDepth, dOldest, dInbound, dDeferred, dBehind, dEnqFail, dReloads, dScrapeErrors,
 		dRelayTxns, dRelayRecords, dRelayFails, dRelayFenced, dRelayActive, dRelayCursor} {
 		ch <- d
 	}
@@ -216,6 +218,8 @@ func (s *scrape) Collect(ch chan<- prometheus.Metric) {
 		g(dSafeLine, float64(line), strconv.Itoa(int(p)))
 	}
 	g(dInbound, float64(snap.InboundQueued))
+	c(dDeferred, float64(st.Deferred))
+	g(dBehind, float64(st.Behind))
 	c(dEnqFail, float64(st.EnqueueFailures))
 	c(dReloads, float64(snap.TuningReloads))
 	if rs := snap.Relay; rs != nil {

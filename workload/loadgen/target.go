@@ -48,7 +48,12 @@ func startTargets(ctx context.Context, cfg Config, runID string) (*fleet, error)
 			os.RemoveAll(dir)
 			return nil, fmt.Errorf("loadgen: start in-process server: %w", err)
 		}
-		return &fleet{targets: []target{&cleanup{target: &local{srv: srv}, dir: dir}}}, nil
+		f := &fleet{targets: []target{&cleanup{target: &local{srv: srv}, dir: dir}}}
+		if isRedisIndex(sc.Index, nil) {
+			// For the flush fault; the keys are the caller's prefix.
+			f.redisURL, f.redisPrefix, f.keepKeys = sc.Index, sc.IndexPrefix, true
+		}
+		return f, nil
 	}
 	secret := randomSecret()
 	f := &fleet{}

@@ -175,13 +175,26 @@ func pairMember(c *wsClient, chatID string, msgs, want int, pace time.Duration, 
 // Now no client is withdrawn, every message arrives live, and none twice.
 func TestE2ERedisLossUnderTrafficResendsNothing(t *testing.T) {
 	t.Parallel()
+	for _, outbox := range []string{"postgres", "kafka"} {
+		t.Run(outbox, func(t *testing.T) {
+			t.Parallel()
+			redisLossUnderTraffic(t, outbox)
+		})
+	}
+}
+
+func redisLossUnderTraffic(t *testing.T, outbox string) {
 	rs := redistest.Start(t, 0)
 	_, prefix := testenv.Redis(t) // a prefix of its own, for symmetry with the suite
 	pg := testenv.Postgres(t)
-	e := newEnv(t, backend{name: "postgres+own-redis", start: func(t *testing.T, mutate func(*server.Config)) *server.Server {
+	var kafkaURL string
+	if outbox == "kafka" {
+		kafkaURL = testenv.KafkaURL(t)
+	}
+	e := newEnv(t, backend{name: "postgres+own-redis+" + outbox, start: func(t *testing.T, mutate func(*server.Config)) *server.Server {
 		cfg := server.DefaultConfig()
 		cfg.Addr, cfg.DataDir = "127.0.0.1:0", t.TempDir()
-		cfg.Store, cfg.Index, cfg.IndexPrefix = pg, rs.URL(), prefix
+		cfg.Store, cfg.Index, cfg.IndexPrefix, cfg.Outbox = pg, rs.URL(), prefix, kafkaURL
 		mutate(&cfg)
 		return startServer(t, cfg)
 	}}, func(c *server.Config) {

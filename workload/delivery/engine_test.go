@@ -428,7 +428,7 @@ func fastItemsFor(e *Engine, res []history.Result) []fastItem {
 	for _, r := range res {
 		frame := MessageFrame(r.Message)
 		for _, d := range r.Deliveries {
-			for _, m := range e.membersOf(d.Recipient) {
+			for _, m := range e.reg.ofUser(d.Recipient) {
 				out = append(out, fastItem{m: m, item: item{entry: waterline.Entry{MessageID: r.Message.ID, Partition: d.Partition, Pos: d.Pos}, frame: frame}})
 			}
 		}
@@ -473,7 +473,7 @@ func TestAgeBackstopDeletesPinnedRows(t *testing.T) {
 		t.Fatalf("deleted %d, want 1", n)
 	}
 	r.clk.advance(r.tuning.OutboxRetention + time.Minute)
-	r.e.Touch(r.e.member(bob.id))
+	r.e.Touch(r.e.reg.get(bob.id))
 	if n := r.gc(); n != 3 {
 		t.Fatalf("backstop deleted %d rows older than the outbox retention, want the 3 left (pinned or not)", n)
 	}
@@ -588,7 +588,7 @@ func TestGCRebuildsBeforeDeletingAfterIndexLoss(t *testing.T) {
 				t.Fatalf("bob got %d frames across the rebuild, want the 3 first sends only", n)
 			}
 			ids := []string{res[0].Message.ID, res[1].Message.ID, res[2].Message.ID}
-			_ = r.e.Ack(context.Background(), r.e.member(bob.id), ids)
+			_ = r.e.Ack(context.Background(), r.e.reg.get(bob.id), ids)
 			r.gc()
 			if d := r.depth(); d != 0 {
 				t.Fatalf("depth %d after acks, want 0", d)

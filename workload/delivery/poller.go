@@ -48,44 +48,10 @@ func (e *Engine) PollOnce(ctx context.Context) {
 	e.ReapOverloaded()
 }
 
-// ReapOverloaded applies the overload reaper to every connection that has
-// messages waiting behind its full push window: it is withdrawn (close
-// 4003) when its window made no progress (no acknowledgement freed a slot)
-// for longer than pending-timeout, or when the oldest message waiting for
-// it was accepted longer ago than an unacknowledged one may stay
-// unacknowledged (lease x max-delivery-attempts). A client that
-// acknowledges as frames arrive keeps making progress and catches up,
-// whatever burst it received.
-func (e *Engine) ReapOverloaded() {
-	t := e.tuning()
-	now := e.now()
-	type verdict struct {
-		m   *Member
-		why string
-	}
-	var over []verdict
-	for _, m := range e.laggingMembers() {
-		m.mu.Lock()
-		if len(m.behind) == 0 {
-			m.mu.Unlock()
-			continue
-		}
-		stalled := now.Sub(m.progressAt)
-		var lag time.Duration
-		for _, oldest := range m.behind {
-			lag = max(lag, now.Sub(oldest))
-		}
-		m.mu.Unlock()
-		if OverloadReaper(t, stalled, lag, now.Sub(m.connectedAt)) {
-			why := fmt.Sprintf("withdrawn: %d unacknowledged messages (max-pending) held the window for %v with more waiting", t.MaxPending, stalled.Round(time.Millisecond))
-			if stalled <= t.PendingTimeout {
-				why = fmt.Sprintf("withdrawn: too far behind, the oldest message waiting is %v old", lag.Round(time.Millisecond))
-			}
-			over = append(over, verdict{m, why})
-		}
-	}
-	for _, v := range over {
-		e.withdraw(v.m, protocol.ClosePending, v.why, ReasonOverload)
+func (e *Engine) wakePoller() {
+	select {
+	case e.pollWake <- struct{}{}:
+	default:
 	}
 }
 
@@ -112,7 +78,7 @@ func (e *Engine) redeliver(ctx context.Context) {
 		byClient[d.ClientID] = append(byClient[d.ClientID], d)
 	}
 	for _, id := range order {
-		m := e.member(id)
+		m := e.reg.get(id)
 		if m == nil {
 			// The index holds a client this process no longer has.
 			e.idxMu.RLock()
@@ -200,7 +166,7 @@ func (e *Engine) scan(ctx context.Context, p int32) {
 		for i := range rows {
 			r := &rows[i]
 			mk := func() item { return e.rowItem(r, p, frames) }
-			for _, m := range e.membersOf(r.Recipient) {
+			for _, m := range e.reg.ofUser(r.Recipient) {
 				if r.Recipient == r.Message.SenderID && m.client.Device == r.Message.SenderDevice {
 					continue
 				}
@@ -212,7 +178,7 @@ func (e *Engine) scan(ctx context.Context, p int32) {
 				send, full := e.offerLocked(m, r, p, t.MaxPending, now, mk)
 				m.mu.Unlock()
 				if full {
-					e.setLagging(m, true)
+					e.reg.markLagging(m)
 					e.deferred.Add(1)
 				}
 				if send {
@@ -257,7 +223,7 @@ func (e *Engine) catchUp(ctx context.Context, p int32) {
 	from := int64(maxPos)
 	open := map[*Member]bool{} // members taking rows; false once full again
 	byUser := map[string][]*Member{}
-	for _, m := range e.laggingMembers() {
+	for _, m := range e.reg.laggingMembers() {
 		m.mu.Lock()
 		if m.isBehind(p) && len(m.out) < t.MaxPending {
 			open[m] = true
@@ -350,7 +316,7 @@ func (e *Engine) catchUp(ctx context.Context, p int32) {
 		caught := len(m.behind) == 0
 		m.mu.Unlock()
 		if caught {
-			e.setLagging(m, false)
+			e.reg.caughtUp(m)
 		}
 	}
 }
@@ -360,7 +326,7 @@ func (e *Engine) catchUp(ctx context.Context, p int32) {
 // before the scan reached it would otherwise stay forever), and raises the
 // horizon of every member that is not behind in p to the scan position.
 func (e *Engine) pruneAhead(p int32, upto int64) {
-	ms := e.members()
+	ms := e.reg.all()
 	for _, m := range ms {
 		m.mu.Lock()
 		lim := upto
@@ -390,7 +356,7 @@ func (e *Engine) pruneAhead(p int32, upto int64) {
 // connected client.
 func (e *Engine) holdPos(p int32) int64 {
 	pos := e.scanPos[p].Load() + 1
-	for _, m := range e.laggingMembers() {
+	for _, m := range e.reg.laggingMembers() {
 		m.mu.Lock()
 		if m.isBehind(p) && m.horizon[p]+1 < pos {
 			pos = m.horizon[p] + 1

@@ -193,8 +193,9 @@ type Fleet interface {
 	// broadcasts of the other processes (never this one's) until ctx
 	// ends, reconnecting after errors. The callbacks run on one goroutine
 	// and must not block; nil callbacks are skipped. It returns once
-	// subscribed (or with the error that prevented it).
-	Subscribe(ctx context.Context, h FleetHandlers) error
+	// subscribed (or with the error that prevented it) and done, which is
+	// closed when that goroutine has ended (after ctx ended).
+	Subscribe(ctx context.Context, h FleetHandlers) (done <-chan struct{}, err error)
 	// Acquire takes this owner's liveness record for ttl if no other
 	// process holds it (held false: another process with the same owner
 	// name heartbeats, or a crashed predecessor's record has not expired

@@ -105,16 +105,18 @@ func (x *Index) Broadcast(ctx context.Context, users []string, frame []byte) err
 // a wake-up, a read receipt for a broadcast, and leaves a superseded socket
 // open until its idle or pending reaper closes it (or its client goes
 // away).
-func (x *Index) Subscribe(ctx context.Context, h waterline.FleetHandlers) error {
+func (x *Index) Subscribe(ctx context.Context, h waterline.FleetHandlers) (<-chan struct{}, error) {
 	ps := x.rdb.Subscribe(ctx, x.kChannel())
 	cctx, cancel := x.call(ctx)
 	_, err := ps.Receive(cctx) // the subscription confirmation
 	cancel()
 	if err != nil {
 		ps.Close()
-		return unavailable("subscribe", err)
+		return nil, unavailable("subscribe", err)
 	}
+	done := make(chan struct{})
 	go func() {
+		defer close(done)
 		defer ps.Close()
 		ch := ps.Channel(goredis.WithChannelSize(1024))
 		for {
@@ -129,7 +131,7 @@ func (x *Index) Subscribe(ctx context.Context, h waterline.FleetHandlers) error 
 			}
 		}
 	}()
-	return nil
+	return done, nil
 }
 
 func (x *Index) dispatch(payload string, h waterline.FleetHandlers) {

@@ -38,12 +38,23 @@ func TestClaimsAreOrderedAndAnnounced(t *testing.T) {
 	var heardA, heardB []waterline.Claim
 	wakesA, wakesB := 0, 0
 	var casts []string
-	if err := a.Subscribe(ctx, waterline.FleetHandlers{
+	sctx, stop := context.WithCancel(ctx)
+	doneA, err := a.Subscribe(sctx, waterline.FleetHandlers{
 		OnClaim: func(c waterline.Claim) { mu.Lock(); heardA = append(heardA, c); mu.Unlock() },
-		OnWake:  func() { mu.Lock(); wakesA++; mu.Unlock() }}); err != nil {
+		OnWake:  func() { mu.Lock(); wakesA++; mu.Unlock() }})
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := b.Subscribe(ctx, waterline.FleetHandlers{
+	// The subscriber goroutine ends with its context.
+	defer func() {
+		stop()
+		select {
+		case <-doneA:
+		case <-time.After(10 * time.Second):
+			t.Error("the subscriber did not end after its context")
+		}
+	}()
+	if _, err := b.Subscribe(ctx, waterline.FleetHandlers{
 		OnClaim: func(c waterline.Claim) { mu.Lock(); heardB = append(heardB, c); mu.Unlock() },
 		OnWake:  func() { mu.Lock(); wakesB++; mu.Unlock() },
 		OnBroadcast: func(users []string, frame []byte) {

@@ -9,9 +9,10 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/tetra-messenger/tetra/workload/text"
 )
 
 // ErrInvalidToken is returned by Verify for every token that must get 401:
@@ -24,8 +25,8 @@ const SecretFile = "jwt.secret"
 // MinSecretLen is the shortest secret accepted, in bytes.
 const MinSecretLen = 16
 
-// MaxUserLen bounds the sub claim, in bytes.
-const MaxUserLen = 128
+// MaxUserLen bounds the sub claim, in bytes (text.MaxUserBytes).
+const MaxUserLen = text.MaxUserBytes
 
 // Signer mints and verifies HS256 tokens with one secret.
 type Signer struct {
@@ -181,18 +182,7 @@ func (s *Signer) parse(token string) (*Claims, error) {
 }
 
 // ValidUser checks a user id: 1..MaxUserLen bytes of UTF-8 without control
-// characters.
-func ValidUser(user string) error {
-	if user == "" {
-		return errors.New("user id (sub) is required")
-	}
-	if len(user) > MaxUserLen || !utf8.ValidString(user) {
-		return fmt.Errorf("user id must be 1..%d bytes of valid UTF-8", MaxUserLen)
-	}
-	for _, r := range user {
-		if r < 0x20 || r == 0x7f {
-			return errors.New("user id must not contain control characters")
-		}
-	}
-	return nil
-}
+// characters (C0, DEL, C1) and so without NUL. It is text.User, the rule the
+// stores apply too (PROTOCOL.md §3), so a token's sub that passes here is
+// never refused by a store. Errors wrap text.ErrInvalid.
+func ValidUser(user string) error { return text.User("user id", user) }

@@ -6,7 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
-	"unicode/utf8"
+
+	"github.com/tetra-messenger/tetra/workload/text"
 )
 
 // Frame types (PROTOCOL.md §3).
@@ -171,7 +172,8 @@ type ClientFrame struct {
 // DecodeClient parses one client frame. maxBody is the body limit in bytes
 // (UTF-8); a longer body gives CodeTooLarge. Errors are *Error with code
 // CodeInvalid or CodeTooLarge; when the frame was a send whose correlationId
-// could be read, the error carries it so the answer can name it.
+// could be read, the error carries it so the answer can name it. Ids and
+// bodies holding U+0000 are CodeInvalid (PROTOCOL.md §3; package text).
 // DecodeClient never panics, whatever the input.
 func DecodeClient(data []byte, maxBody int) (ClientFrame, error) {
 	var f ClientFrame
@@ -207,15 +209,15 @@ func DecodeClient(data []byte, maxBody int) (ClientFrame, error) {
 		case s.CorrelationID == "":
 			return fail(CodeInvalid, "send: correlationId is required")
 		case !validID(s.CorrelationID):
-			return fail(CodeInvalid, "send: correlationId must be 1..%d bytes of valid UTF-8", MaxIDLen)
+			return fail(CodeInvalid, "send: correlationId must be 1..%d bytes of valid UTF-8 without U+0000", MaxIDLen)
 		case s.ChatID == "":
 			return fail(CodeInvalid, "send: chatId is required")
 		case !validID(s.ChatID):
-			return fail(CodeInvalid, "send: chatId must be 1..%d bytes of valid UTF-8", MaxIDLen)
+			return fail(CodeInvalid, "send: chatId must be 1..%d bytes of valid UTF-8 without U+0000", MaxIDLen)
 		case s.Body == "":
 			return fail(CodeInvalid, "send: body is required")
-		case !utf8.ValidString(s.Body):
-			return fail(CodeInvalid, "send: body must be valid UTF-8")
+		case !text.Valid(s.Body):
+			return fail(CodeInvalid, "send: body must be valid UTF-8 without U+0000")
 		case maxBody > 0 && len(s.Body) > maxBody:
 			return fail(CodeTooLarge, "send: body is %d bytes, the limit is %d", len(s.Body), maxBody)
 		}
@@ -233,7 +235,7 @@ func DecodeClient(data []byte, maxBody int) (ClientFrame, error) {
 		}
 		for _, id := range a.MessageIDs {
 			if !validID(id) {
-				return f, Errorf(CodeInvalid, "ack: each messageId must be 1..%d bytes of valid UTF-8", MaxIDLen)
+				return f, Errorf(CodeInvalid, "ack: each messageId must be 1..%d bytes of valid UTF-8 without U+0000", MaxIDLen)
 			}
 		}
 		f.Ack = &a
@@ -245,7 +247,7 @@ func DecodeClient(data []byte, maxBody int) (ClientFrame, error) {
 			return f, Errorf(CodeInvalid, "read: %s", fieldError(err))
 		}
 		if !validID(r.ChatID) || !validID(r.MessageID) {
-			return f, Errorf(CodeInvalid, "read: chatId and messageId are required (1..%d bytes)", MaxIDLen)
+			return f, Errorf(CodeInvalid, "read: chatId and messageId are required: 1..%d bytes of valid UTF-8 without U+0000", MaxIDLen)
 		}
 		r.UserID = "" // set by the server, never trusted from a client
 		f.Read = &r
@@ -257,8 +259,11 @@ func DecodeClient(data []byte, maxBody int) (ClientFrame, error) {
 	return f, nil
 }
 
+// validID reports whether s is an id the wire accepts: 1..MaxIDLen bytes of
+// valid UTF-8 without U+0000 (text.Valid, the rule every store applies too:
+// PROTOCOL.md §3).
 func validID(s string) bool {
-	return s != "" && len(s) <= MaxIDLen && utf8.ValidString(s)
+	return s != "" && len(s) <= MaxIDLen && text.Valid(s)
 }
 
 func fieldError(err error) string {

@@ -51,6 +51,13 @@ func TestDecodeClient(t *testing.T) {
 		{name: "ack empty", in: `{"type":"ack","messageIds":[]}`, code: CodeInvalid},
 		{name: "ack empty id", in: `{"type":"ack","messageIds":[""]}`, code: CodeInvalid},
 		{name: "read missing messageId", in: `{"type":"read","chatId":"c"}`, code: CodeInvalid},
+		// U+0000 anywhere a client puts text (PROTOCOL.md §3; issue 13).
+		{name: "send body with NUL", in: `{"type":"send","chatId":"c","correlationId":"k","body":"a\u0000b"}`, code: CodeInvalid, corr: "k"},
+		{name: "send chatId with NUL", in: `{"type":"send","chatId":"c\u0000","correlationId":"k","body":"x"}`, code: CodeInvalid, corr: "k"},
+		{name: "send correlationId with NUL", in: `{"type":"send","chatId":"c","correlationId":"k\u0000","body":"x"}`, code: CodeInvalid},
+		{name: "ack id with NUL", in: `{"type":"ack","messageIds":["a\u0000"]}`, code: CodeInvalid},
+		{name: "read messageId with NUL", in: `{"type":"read","chatId":"c","messageId":"x\u0000y"}`, code: CodeInvalid},
+		{name: "read chatId with NUL", in: `{"type":"read","chatId":"\u0000","messageId":"m"}`, code: CodeInvalid},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -10,11 +10,11 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/tetra-messenger/tetra/workload/auth"
 	"github.com/tetra-messenger/tetra/workload/history"
 	"github.com/tetra-messenger/tetra/workload/protocol"
+	"github.com/tetra-messenger/tetra/workload/text"
 )
 
 // History page limits (PROTOCOL.md §4).
@@ -193,8 +193,8 @@ func (s *Server) handleCreateChat(w http.ResponseWriter, r *http.Request, user s
 		}
 		writeJSON(w, status, toChatJSON(chat))
 	case history.KindGroup:
-		if len(req.Title) > 200 || !utf8.ValidString(req.Title) {
-			writeError(w, protocol.CodeInvalid, "title must be at most 200 bytes of UTF-8")
+		if len(req.Title) > 200 || !text.Valid(req.Title) {
+			writeError(w, protocol.CodeInvalid, "title must be at most 200 bytes of UTF-8 without U+0000")
 			return
 		}
 		if len(req.Members) > 1000 {
@@ -234,14 +234,16 @@ func (s *Server) handleListChats(w http.ResponseWriter, r *http.Request, user st
 	writeJSON(w, http.StatusOK, map[string]any{"chats": out})
 }
 
+// validChatID applies the wire's id rule (PROTOCOL.md §3, package text) to
+// a chat id in a path.
 func validChatID(id string) bool {
-	return id != "" && len(id) <= protocol.MaxIDLen && utf8.ValidString(id)
+	return text.ID("chatId", id, protocol.MaxIDLen) == nil
 }
 
 func (s *Server) handleAddMember(w http.ResponseWriter, r *http.Request, user string) {
 	chatID := r.PathValue("chatId")
 	if !validChatID(chatID) {
-		writeError(w, protocol.CodeInvalid, "bad chat id")
+		writeError(w, protocol.CodeInvalid, "chatId must be 1..128 bytes of valid UTF-8 without U+0000")
 		return
 	}
 	var req struct {
@@ -266,7 +268,7 @@ func (s *Server) handleAddMember(w http.ResponseWriter, r *http.Request, user st
 func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request, user string) {
 	chatID := r.PathValue("chatId")
 	if !validChatID(chatID) {
-		writeError(w, protocol.CodeInvalid, "bad chat id")
+		writeError(w, protocol.CodeInvalid, "chatId must be 1..128 bytes of valid UTF-8 without U+0000")
 		return
 	}
 	q := r.URL.Query()
@@ -283,7 +285,7 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request, user str
 		limit = int(min(n, MaxPageLimit))
 	}
 	since := q.Get("since")
-	if len(since) > protocol.MaxIDLen || !utf8.ValidString(since) {
+	if len(since) > protocol.MaxIDLen || !text.Valid(since) {
 		since = "" // unresolvable: full sync (PROTOCOL.md §4)
 	}
 	ok, err := s.chats.isMember(r.Context(), chatID, user)

@@ -456,7 +456,7 @@ func (c *session) handleSend(m *protocol.Send, credits, perSecond int) {
 			case err != nil:
 				c.sendError(corr, protocol.CodeOverloaded, "not stored: the store is unavailable; resend with the same correlationId")
 			case res.Err != nil:
-				c.sendError(corr, codeOf(res.Err), res.Err.Error())
+				c.sendError(corr, codeOf(res.Err), clientMessage(res.Err))
 			default:
 				c.srv.metrics.Accepted(time.Since(read), res.Duplicate)
 				c.send(protocol.Accepted{Type: protocol.TypeAccepted, CorrelationID: corr,

@@ -30,6 +30,7 @@ func Run(t *testing.T, newStore func(t *testing.T) history.Store) {
 		{"CreateDirectConcurrent", testCreateDirectConcurrent},
 		{"CreateGroup", testCreateGroup},
 		{"InvalidUsers", testInvalidUsers},
+		{"TextRules", testTextRules},
 		{"AddMember", testAddMember},
 		{"ChatNotFound", testChatNotFound},
 		{"ChatsOf", testChatsOf},

@@ -21,29 +21,21 @@ import (
 // its reads and its writes.
 const maxCommitAttempts = 8
 
-// validDraft checks what the ingest stage must have filled in, and that
-// every text can be stored (PostgreSQL text holds neither NUL nor invalid
-// UTF-8).
+// validDraft checks what the ingest stage must have filled in and every
+// text of the draft (history.CheckDraft, the rule every store shares: it
+// also keeps out what PostgreSQL text cannot hold, NUL and invalid UTF-8),
+// and that SentAt is storable.
 func validDraft(d history.Draft) error {
-	switch {
-	case d.ID == "":
-		return fmt.Errorf("%w: draft has no message id", history.ErrInvalid)
-	case d.CorrelationID == "":
-		return fmt.Errorf("%w: correlationId is empty", history.ErrInvalid)
-	case d.SentAt.Before(minTime) || d.SentAt.After(maxTime):
+	if d.SentAt.Before(minTime) || d.SentAt.After(maxTime) {
 		return fmt.Errorf("%w: draft sentAt %v is unset or out of range", history.ErrInvalid, d.SentAt)
-	case !storable(d.ID) || !storable(d.CorrelationID) || !storable(d.SenderDevice):
-		return fmt.Errorf("%w: message id, correlationId or device is not valid UTF-8 or contains NUL", history.ErrInvalid)
-	case !storable(d.Body):
-		return fmt.Errorf("%w: body is not valid UTF-8 or contains NUL", history.ErrInvalid)
 	}
-	return validUser("sender id", d.SenderID)
+	return history.CheckDraft(d)
 }
 
 // Commit stores drafts in one transaction. For each draft in order: a draft
-// missing its id, correlation id, sender or a storable SentAt (years 1678 to
-// 2262), or with a text PostgreSQL cannot store (NUL, invalid UTF-8), gets
-// ErrInvalid; a (SenderID, CorrelationID) already in history, committed
+// that history.CheckDraft refuses (a missing or over-long id, NUL or invalid
+// UTF-8 in any text, a control character in the sender) or without a
+// storable SentAt (years 1678 to 2262) gets ErrInvalid; a (SenderID, CorrelationID) already in history, committed
 // earlier or earlier in this batch, gets Duplicate with the original message
 // (whatever chat the resend names); an unknown chat gets ErrNotFound, a
 // sender outside the chat ErrNotMember, a message id already used
@@ -135,9 +127,7 @@ func (db *DB) commitOnce(ctx context.Context, drafts []history.Draft, hooks *com
 			continue
 		}
 		valid++
-		if storable(d.ChatID) {
-			chats = append(chats, d.ChatID)
-		}
+		chats = append(chats, d.ChatID)
 		senders = append(senders, d.SenderID)
 		correlations = append(correlations, d.CorrelationID)
 		ids = append(ids, d.ID)

@@ -12,22 +12,20 @@ import (
 	"github.com/tetra-messenger/tetra/workload/history"
 )
 
-// validDraft checks what the ingest stage must have filled in.
+// validDraft checks what the ingest stage must have filled in and every
+// text of the draft (history.CheckDraft, the rule every store shares), and
+// that SentAt is storable.
 func validDraft(d history.Draft) error {
-	switch {
-	case d.ID == "":
-		return fmt.Errorf("%w: draft has no message id", history.ErrInvalid)
-	case d.CorrelationID == "":
-		return fmt.Errorf("%w: correlationId is empty", history.ErrInvalid)
-	case d.SentAt.Before(minTime) || d.SentAt.After(maxTime):
+	if d.SentAt.Before(minTime) || d.SentAt.After(maxTime) {
 		return fmt.Errorf("%w: draft sentAt %v is unset or out of range", history.ErrInvalid, d.SentAt)
 	}
-	return validUser("sender id", d.SenderID)
+	return history.CheckDraft(d)
 }
 
 // Commit stores drafts in one transaction on the writer connection. For each
-// draft in order: a draft missing its id, correlation id, sender or a
-// storable SentAt (years 1678 to 2262) gets ErrInvalid; a (SenderID,
+// draft in order: a draft that history.CheckDraft refuses (a missing or
+// over-long id, NUL or invalid UTF-8 in any text, a control character in the
+// sender) or without a storable SentAt (years 1678 to 2262) gets ErrInvalid; a (SenderID,
 // CorrelationID) already in history, committed earlier or earlier in this
 // batch, gets Duplicate with the original message (whatever chat the resend
 // names); an unknown chat gets ErrNotFound, a sender outside the chat

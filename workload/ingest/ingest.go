@@ -65,6 +65,17 @@ type Request struct {
 	Done  func(res history.Result, err error)
 }
 
+// ReadRequest is one read receipt in the pipeline. Done, when not nil, is
+// called exactly once, from the read batcher, with nil once the receipt is
+// saved, or with the error that dropped it: wrapping history.ErrInvalid
+// when the store refused this receipt (the others of its batch are saved
+// all the same), or history.ErrUnavailable when the store failed. Done must
+// not block.
+type ReadRequest struct {
+	Read history.Read
+	Done func(err error)
+}
+
 // Hooks observe the pipeline. Any field may be nil.
 type Hooks struct {
 	// Committed is called after each successful commit with the batch size
@@ -72,6 +83,9 @@ type Hooks struct {
 	Committed func(n int, took time.Duration)
 	// Failed is called after a failed commit.
 	Failed func(n int, err error)
+	// ReadFailed is called once per read receipt that was dropped, with
+	// the error its Done got.
+	ReadFailed func(err error)
 }
 
 // Pipeline is the accept pipeline. Start it once; Stop drains it.
@@ -86,7 +100,7 @@ type Pipeline struct {
 	mu      sync.RWMutex // guards closed against Submit racing Stop
 	closed  bool
 	in      chan Request
-	readsIn chan history.Read
+	readsIn chan ReadRequest
 	wg      sync.WaitGroup
 	stopped chan struct{}
 }
@@ -106,7 +120,7 @@ func New(store history.Store, cfg Config, handoff func([]history.Result), reads 
 	return &Pipeline{
 		cfg: cfg, store: store, handoff: handoff, reads: reads, hooks: hooks, log: log,
 		in:      make(chan Request, cfg.QueueSize),
-		readsIn: make(chan history.Read, cfg.ReadQueueSize),
+		readsIn: make(chan ReadRequest, cfg.ReadQueueSize),
 		stopped: make(chan struct{}),
 	}, nil
 }
@@ -134,8 +148,11 @@ func (p *Pipeline) Submit(r Request) error {
 	}
 }
 
-// SubmitRead queues a read receipt without blocking; ErrOverloaded when full.
-func (p *Pipeline) SubmitRead(r history.Read) error {
+// SubmitRead queues a read receipt without blocking. It returns
+// ErrOverloaded when the queue is full or the pipeline is stopped; Done is
+// then never called. Receipts are saved in batches (ReadBatchSize,
+// ReadBatchWait); a receipt the store refuses fails alone (see ReadRequest).
+func (p *Pipeline) SubmitRead(r ReadRequest) error {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
 	if p.closed {
@@ -260,7 +277,7 @@ func (p *Pipeline) commit(batch []Request) {
 
 func (p *Pipeline) readLoop() {
 	defer p.wg.Done()
-	batch := make([]history.Read, 0, p.cfg.ReadBatchSize)
+	batch := make([]ReadRequest, 0, p.cfg.ReadBatchSize)
 	for {
 		first, ok := <-p.readsIn
 		if !ok {
@@ -283,16 +300,55 @@ func (p *Pipeline) readLoop() {
 			}
 		}
 		deadline.Stop()
-		ctx, cancel := context.WithTimeout(context.Background(), p.cfg.CommitTimeout)
-		err := p.store.SaveReads(ctx, batch)
-		cancel()
-		if err != nil {
-			p.log.Warn("read receipts not saved", "receipts", len(batch), "err", err)
-		} else if p.reads != nil {
-			p.reads(append([]history.Read(nil), batch...))
+		if saved := p.saveReads(batch); len(saved) > 0 && p.reads != nil {
+			p.reads(saved)
 		}
 		if !open {
 			return
 		}
 	}
+}
+
+// saveReads saves batch and returns the receipts saved, in batch order.
+// When the store refuses the batch with history.ErrInvalid (one receipt
+// breaks a rule, and SaveReads saves nothing then), the batch is split in
+// halves and each half saved on its own, down to the receipt at fault: one
+// bad receipt among n costs about 2·log2(n) more calls, and nobody else's
+// receipt is lost to it (PROTOCOL.md §3: nothing a client sends affects
+// other clients). Any other error (the store is failing) drops the whole
+// batch without more calls.
+func (p *Pipeline) saveReads(batch []ReadRequest) []history.Read {
+	reads := make([]history.Read, len(batch))
+	for i, r := range batch {
+		reads[i] = r.Read
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.CommitTimeout)
+	err := p.store.SaveReads(ctx, reads)
+	cancel()
+	switch {
+	case err == nil:
+		for _, r := range batch {
+			if r.Done != nil {
+				r.Done(nil)
+			}
+		}
+		return reads
+	case errors.Is(err, history.ErrInvalid) && len(batch) > 1:
+		half := len(batch) / 2
+		return append(p.saveReads(batch[:half]), p.saveReads(batch[half:])...)
+	}
+	if errors.Is(err, history.ErrInvalid) {
+		p.log.Info("read receipt refused", "chat", reads[0].ChatID, "user", reads[0].UserID, "err", err)
+	} else {
+		p.log.Warn("read receipts not saved", "receipts", len(batch), "err", err)
+	}
+	for _, r := range batch {
+		if p.hooks.ReadFailed != nil {
+			p.hooks.ReadFailed(err)
+		}
+		if r.Done != nil {
+			r.Done(err)
+		}
+	}
+	return nil
 }

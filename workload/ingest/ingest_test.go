@@ -176,7 +176,7 @@ func TestReadReceiptsAreBatched(t *testing.T) {
 	p, _ := New(st, Config{ReadBatchSize: 3, ReadBatchWait: time.Hour}, nil, func(r []history.Read) { got <- r }, Hooks{}, quiet)
 	p.Start()
 	for i := 0; i < 3; i++ {
-		_ = p.SubmitRead(history.Read{ChatID: chat, UserID: "bob", MessageID: fmt.Sprint("m", i), At: time.Now()})
+		_ = p.SubmitRead(ReadRequest{Read: history.Read{ChatID: chat, UserID: "bob", MessageID: fmt.Sprint("m", i), At: time.Now()}})
 	}
 	select {
 	case b := <-got:
@@ -224,4 +224,89 @@ func eventually(t *testing.T, cond func() bool) {
 		}
 		time.Sleep(time.Millisecond)
 	}
+}
+
+// readGate wraps a store and holds every SaveReads call until release is
+// closed, so the test decides what one batch holds.
+type readGate struct {
+	history.Store
+	release chan struct{}
+	mu      sync.Mutex
+	calls   []int // batch sizes, in order
+}
+
+func (g *readGate) SaveReads(ctx context.Context, reads []history.Read) error {
+	<-g.release
+	g.mu.Lock()
+	g.calls = append(g.calls, len(reads))
+	g.mu.Unlock()
+	return g.Store.SaveReads(ctx, reads)
+}
+
+// One bad receipt (here a NUL in its messageId, which every store refuses
+// with ErrInvalid) fails only itself: the other receipts of its batch are
+// saved and forwarded, its own Done gets the error, and the Hooks count it.
+// Before, the whole batch was dropped with a WARN and nothing else (issue
+// 13, point 1).
+func TestBadReadReceiptIsIsolated(t *testing.T) {
+	st, chat := setup(t)
+	g := &readGate{Store: st.Store, release: make(chan struct{})}
+	var mu sync.Mutex
+	var forwarded []history.Read
+	var failed []error
+	p, err := New(g, Config{ReadBatchSize: 31, ReadBatchWait: time.Hour}, nil, func(rs []history.Read) {
+		mu.Lock()
+		forwarded = append(forwarded, rs...)
+		mu.Unlock()
+	}, Hooks{ReadFailed: func(err error) {
+		mu.Lock()
+		failed = append(failed, err)
+		mu.Unlock()
+	}}, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Start()
+	var wg sync.WaitGroup
+	outcome := make([]error, 31)
+	submit := func(i int, r history.Read) {
+		wg.Add(1)
+		if err := p.SubmitRead(ReadRequest{Read: r, Done: func(err error) { outcome[i] = err; wg.Done() }}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	now := time.Now()
+	for i := range 15 {
+		submit(i, history.Read{ChatID: chat, UserID: "bob", MessageID: fmt.Sprint("m", i), At: now})
+	}
+	submit(15, history.Read{ChatID: chat, UserID: "mallory", MessageID: "x\x00y", At: now})
+	for i := 16; i < 31; i++ {
+		submit(i, history.Read{ChatID: chat, UserID: "alice", MessageID: fmt.Sprint("m", i), At: now})
+	}
+	close(g.release)
+	wg.Wait()
+	if err := p.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for i, err := range outcome {
+		if i == 15 {
+			if !errors.Is(err, history.ErrInvalid) {
+				t.Errorf("the bad receipt's Done got %v, want ErrInvalid", err)
+			}
+		} else if err != nil {
+			t.Errorf("receipt %d failed: %v", i, err)
+		}
+	}
+	if len(forwarded) != 30 {
+		t.Errorf("%d receipts forwarded, want the 30 good ones", len(forwarded))
+	}
+	for _, r := range forwarded {
+		if r.UserID == "mallory" {
+			t.Errorf("the bad receipt was forwarded: %+v", r)
+		}
+	}
+	if len(failed) != 1 || !errors.Is(failed[0], history.ErrInvalid) {
+		t.Errorf("ReadFailed hook saw %v, want one ErrInvalid", failed)
+	}
+	t.Logf("SaveReads batches: %v", g.calls)
 }

@@ -131,6 +131,9 @@ type Error struct {
 	Code          string
 	Message       string
 	CorrelationID string
+	// FrameType is the type of the refused frame when DecodeClient could
+	// read a known one (TypeSend, TypeAck, TypePing, TypeRead), else "".
+	FrameType string
 }
 
 func (e *Error) Error() string { return e.Code + ": " + e.Message }
@@ -172,15 +175,24 @@ type ClientFrame struct {
 // DecodeClient parses one client frame. maxBody is the body limit in bytes
 // (UTF-8); a longer body gives CodeTooLarge. Errors are *Error with code
 // CodeInvalid or CodeTooLarge; when the frame was a send whose correlationId
-// could be read, the error carries it so the answer can name it. Ids and
+// could be read, the error carries it so the answer can name it, and
+// FrameType names a known frame type. Ids and
 // bodies holding U+0000 are CodeInvalid (PROTOCOL.md §3; package text).
 // DecodeClient never panics, whatever the input.
-func DecodeClient(data []byte, maxBody int) (ClientFrame, error) {
-	var f ClientFrame
+func DecodeClient(data []byte, maxBody int) (f ClientFrame, err error) {
 	var head struct {
 		Type          string `json:"type"`
 		CorrelationID any    `json:"correlationId"`
 	}
+	defer func() {
+		var pe *Error
+		if errors.As(err, &pe) {
+			switch head.Type {
+			case TypeSend, TypeAck, TypePing, TypeRead:
+				pe.FrameType = head.Type
+			}
+		}
+	}()
 	if !json.Valid(data) {
 		return f, Errorf(CodeInvalid, "frame is not valid JSON")
 	}

@@ -167,3 +167,20 @@ func BenchmarkEncodeMessage(b *testing.B) {
 		_ = Encode(m)
 	}
 }
+
+// A refused frame of a known type says which type it was (the server counts
+// refused read receipts by it).
+func TestDecodeErrorNamesTheFrameType(t *testing.T) {
+	for in, want := range map[string]string{
+		`{"type":"read","chatId":"c","messageId":"x\u0000"}`: TypeRead,
+		`{"type":"send","chatId":"c"}`:                       TypeSend,
+		`{"type":"nuke"}`:                                    "",
+		`not json`:                                           "",
+	} {
+		_, err := DecodeClient([]byte(in), DefaultMaxBody)
+		pe, ok := err.(*Error)
+		if !ok || pe.FrameType != want {
+			t.Errorf("DecodeClient(%s) = %#v, want an *Error with FrameType %q", in, err, want)
+		}
+	}
+}

@@ -8,9 +8,13 @@ package server_test
 import (
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/tetra-messenger/tetra/workload/server"
 )
 
 // §3: text that is not valid UTF-8 or contains U+0000 is refused with
@@ -72,4 +76,80 @@ func TestE2ETextRulesAlike(t *testing.T) {
 			t.Errorf("upgrade with a C1 sub: %v, want HTTP 401", err)
 		}
 	})
+}
+
+// §3: nothing a client sends may affect other clients. A read frame whose
+// messageId holds a NUL (or anything else a store refuses) is answered with
+// an error to its sender and never costs another user a receipt: 30
+// receipts in an unrelated chat, batched with it, all arrive. Before, on
+// PostgreSQL, the bad receipt failed SaveReads for its whole batch and 0 of
+// the 30 arrived, with no error to the sender and only a WARN in the log
+// (issue 13, point 1).
+func TestE2EBadReadReceiptHarmsNoOne(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, b backend) {
+		e := newEnv(t, b, func(c *server.Config) {
+			// One batch for everything below, so the bad receipt and the
+			// good ones share a SaveReads call.
+			c.Ingest.ReadBatchSize = 64
+			c.Ingest.ReadBatchWait = 300 * time.Millisecond
+		})
+		chat := e.createDirect("alice", "bob")
+		mchat := e.createDirect("mallory", "trent")
+		alice := e.dial("alice", dialOpts{})
+		bob := e.dial("bob", dialOpts{})
+		mallory := e.dial("mallory", dialOpts{})
+		var msgs []string
+		for i := range 30 {
+			id := bob.sendOK(chat.ChatID, fmt.Sprint("m-", i), fmt.Sprint("message ", i)).MessageID
+			alice.next("message "+id, messageID(id))
+			alice.ack(id) // or max-pending withdraws her
+			msgs = append(msgs, id)
+		}
+		for _, bad := range []string{"x\x00y", "\x00", strings.Repeat("\x00", 128)} {
+			mallory.write(map[string]string{"type": "read", "chatId": mchat.ChatID, "messageId": bad})
+		}
+		for _, id := range msgs {
+			alice.write(map[string]string{"type": "read", "chatId": chat.ChatID, "messageId": id})
+		}
+		got := 0
+		for _, id := range msgs {
+			r, err := bob.nextE(func(f frame) bool { return f.Type == "read" && f.MessageID == id }, waitLong)
+			if err != nil {
+				t.Fatalf("bob got %d of alice's %d read receipts: %v", got, len(msgs), err)
+			}
+			if r.UserID != "alice" || r.ChatID != chat.ChatID {
+				t.Errorf("read frame %s, want alice's in %s", r, chat.ChatID)
+			}
+			got++
+		}
+		for range 3 {
+			if f := mallory.expect("error"); f.Code != "invalid" {
+				t.Errorf("the bad read receipt answered %s, want invalid", f)
+			}
+		}
+		if v := e.metric(`tetra_read_receipts_failed_total{reason="invalid"}`); v != 3 {
+			t.Errorf(`tetra_read_receipts_failed_total{reason="invalid"} = %v, want 3`, v)
+		}
+	})
+}
+
+// metric scrapes /metrics and returns the value of the series named
+// exactly (name with its labels, as exposed), or -1 when it is absent.
+func (e *env) metric(series string) float64 {
+	e.t.Helper()
+	status, raw := e.call("GET", "/metrics", "", nil)
+	if status != http.StatusOK {
+		e.t.Fatalf("GET /metrics: %d", status)
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			var f float64
+			if _, err := fmt.Sscan(v, &f); err != nil {
+				e.t.Fatalf("metric %s: %q: %v", series, v, err)
+			}
+			return f
+		}
+	}
+	return -1
 }

@@ -268,6 +268,13 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s.pipeline, err = ingest.New(s.store, cfg.Ingest, handoff, s.broadcastReads, ingest.Hooks{
 		Committed: s.metrics.Committed,
 		Failed:    func(int, error) { s.metrics.CommitFailed() },
+		ReadFailed: func(err error) {
+			reason := metrics.ReasonUnavailable
+			if errors.Is(err, history.ErrInvalid) {
+				reason = metrics.ReasonInvalid
+			}
+			s.metrics.ReadReceiptFailed(reason)
+		},
 	}, log)
 	if err != nil {
 		s.closer()

@@ -16,6 +16,7 @@ import (
 	"github.com/tetra-messenger/tetra/workload/delivery"
 	"github.com/tetra-messenger/tetra/workload/history"
 	"github.com/tetra-messenger/tetra/workload/ingest"
+	"github.com/tetra-messenger/tetra/workload/metrics"
 	"github.com/tetra-messenger/tetra/workload/protocol"
 )
 
@@ -406,6 +407,9 @@ func (c *session) handle(ctx context.Context, data []byte) {
 		c.bad++
 		var pe *protocol.Error
 		if errors.As(err, &pe) {
+			if pe.FrameType == protocol.TypeRead {
+				c.srv.metrics.ReadReceiptFailed(metrics.ReasonInvalid)
+			}
 			c.sendError(pe.CorrelationID, pe.Code, pe.Message)
 		} else {
 			c.sendError("", protocol.CodeInvalid, "bad frame")
@@ -485,7 +489,19 @@ func (c *session) handleRead(ctx context.Context, r *protocol.Read) {
 		c.sendError("", protocol.CodeForbidden, "not a member of this chat")
 		return
 	}
-	if err := c.srv.pipeline.SubmitRead(history.Read{ChatID: r.ChatID, UserID: c.user, MessageID: r.MessageID, At: time.Now().UTC()}); err != nil {
+	rr := history.Read{ChatID: r.ChatID, UserID: c.user, MessageID: r.MessageID, At: time.Now().UTC()}
+	// The decoder refused ids the stores refuse (package text); should a
+	// store still refuse this receipt, it fails alone (ingest saves the
+	// rest of its batch) and its sender is told.
+	if err := c.srv.pipeline.SubmitRead(ingest.ReadRequest{Read: rr, Done: func(err error) {
+		switch {
+		case errors.Is(err, history.ErrInvalid):
+			c.sendError("", protocol.CodeInvalid, "read receipt refused: "+clientMessage(err))
+		case err != nil:
+			c.sendError("", protocol.CodeOverloaded, "read receipt not stored: the store is unavailable")
+		}
+	}}); err != nil {
+		c.srv.metrics.ReadReceiptFailed(metrics.ReasonOverloaded)
 		c.sendError("", protocol.CodeOverloaded, "read receipt not stored")
 	}
 }

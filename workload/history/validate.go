@@ -71,3 +71,19 @@ func CheckRead(r Read) error {
 	}
 	return CheckUser("read receipt user id", r.UserID)
 }
+
+// CheckResend applies the idempotency-key rule to a draft whose (SenderID,
+// CorrelationID) is already taken by a message of chat origChat with body
+// origBody (committed earlier, or earlier in the same batch): the same chat
+// and body make it a resend (a Duplicate of the original); another chat or
+// body is refused with an error wrapping ErrInvalid, and nothing is stored
+// (PROTOCOL.md §3, as payment APIs treat a reused idempotency key).
+func CheckResend(origChat, origBody string, d Draft) error {
+	switch {
+	case d.ChatID != origChat:
+		return fmt.Errorf("%w: correlationId %q was already used for a message to another chat", ErrInvalid, d.CorrelationID)
+	case d.Body != origBody:
+		return fmt.Errorf("%w: correlationId %q was already used for a message with another body", ErrInvalid, d.CorrelationID)
+	}
+	return nil
+}

@@ -68,7 +68,8 @@ type Hello struct {
 
 // Send asks the server to store and deliver a message. CorrelationID is the
 // client's idempotency key: the same (sender, correlationId) answers with the
-// original messageId and stores nothing new.
+// original messageId and stores nothing new; with another chatId or body
+// than the original it is refused with CodeInvalid (PROTOCOL.md §3).
 type Send struct {
 	Type          string `json:"type"`
 	ChatID        string `json:"chatId"`

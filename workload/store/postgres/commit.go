@@ -35,9 +35,11 @@ func validDraft(d history.Draft) error {
 // Commit stores drafts in one transaction. For each draft in order: a draft
 // that history.CheckDraft refuses (a missing or over-long id, NUL or invalid
 // UTF-8 in any text, a control character in the sender) or without a
-// storable SentAt (years 1678 to 2262) gets ErrInvalid; a (SenderID, CorrelationID) already in history, committed
-// earlier or earlier in this batch, gets Duplicate with the original message
-// (whatever chat the resend names); an unknown chat gets ErrNotFound, a
+// storable SentAt (years 1678 to 2262) gets ErrInvalid; a (SenderID,
+// CorrelationID) already in history, committed earlier or earlier in this
+// batch, gets Duplicate with the original message when the draft names the
+// original's chat and body, and ErrInvalid when it names another chat or
+// body (history.CheckResend); an unknown chat gets ErrNotFound, a
 // sender outside the chat ErrNotMember, a message id already used
 // ErrInvalid; otherwise the history row is inserted (its id is the Seq) and,
 // when Config.Outbox is on, one outbox row per member in member order (the
@@ -345,8 +347,8 @@ func (r *commitRun) plan() {
 		k := key{d.SenderID, d.CorrelationID}
 		ms, known := r.members[d.ChatID]
 		if _, member := slices.BinarySearch(ms, d.SenderID); !known || !member {
-			// A resend of a committed message is a duplicate whatever chat
-			// it names: the idempotency key is checked before the rules.
+			// The idempotency key is checked before the rules: a resend
+			// names the original's chat and body, anything else is refused.
 			if r.duplicate(i, k) {
 				continue
 			}
@@ -386,13 +388,24 @@ func (r *commitRun) plan() {
 }
 
 // duplicate fills the result of draft i when its key was committed before
-// or is planned earlier in this batch, and reports whether it did.
+// or is planned earlier in this batch, and reports whether it did: the
+// original as a Duplicate, or ErrInvalid when draft i names another chat or
+// body (history.CheckResend).
 func (r *commitRun) duplicate(i int, k key) bool {
+	d := r.drafts[i]
 	if orig, ok := r.byKey[k]; ok {
+		if err := history.CheckResend(orig.ChatID, orig.Body, d); err != nil {
+			r.results[i] = history.Result{Err: err}
+			return true
+		}
 		r.results[i] = history.Result{Message: orig, Duplicate: true, Members: slices.Clone(r.members[orig.ChatID])}
 		return true
 	}
 	if j, ok := r.planned[k]; ok {
+		if err := history.CheckResend(r.drafts[j].ChatID, r.drafts[j].Body, d); err != nil {
+			r.results[i] = history.Result{Err: err}
+			return true
+		}
 		// Completed with the original's Seq once it is inserted.
 		r.dupOf[i] = j
 		r.results[i] = history.Result{Duplicate: true, Members: slices.Clone(r.results[j].Members)}

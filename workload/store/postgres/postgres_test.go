@@ -583,7 +583,7 @@ func TestReopenKeepsDataAndPositions(t *testing.T) {
 	if err != nil || len(msgs) != 2 || msgs[1].ID != res[1].Message.ID || !msgs[1].SentAt.Equal(res[1].Message.SentAt) {
 		t.Errorf("Page after reopen = %+v, %v", msgs, err)
 	}
-	dup := historytest.MustCommit(t, db, historytest.Draft(g.ID, "alice", "1", "again"))[0]
+	dup := historytest.MustCommit(t, db, historytest.Draft(g.ID, "alice", "1", "one"))[0]
 	if !dup.Duplicate || dup.Message.ID != res[0].Message.ID {
 		t.Errorf("resend after reopen = %+v, want the original", dup)
 	}
@@ -762,10 +762,11 @@ func TestCommitRetriesWhenMembersChange(t *testing.T) {
 	}
 }
 
-// TestCommitRetriesWhenKeyTaken commits the same idempotency key from
-// another Commit between a Commit's reads and its writes: the insert hits
-// the unique key, and the retry answers Duplicate with the other's message.
-func TestCommitRetriesWhenKeyTaken(t *testing.T) {
+// TestCommitKeyTakenMeanwhileForOtherContent: the same race as
+// TestCommitRetriesWhenKeyTaken, but the other Commit used the key for
+// another body: the retry refuses the draft with ErrInvalid (PROTOCOL.md
+// §3, a reused key), and commits the rest of the batch.
+func TestCommitKeyTakenMeanwhileForOtherContent(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	db := newDB(t)
@@ -780,7 +781,37 @@ func TestCommitRetriesWhenKeyTaken(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !res[0].Duplicate || res[0].Message.ID != other[0].Message.ID || res[0].Message.Body != "theirs" {
+	if !errors.Is(res[0].Err, history.ErrInvalid) || res[0].Duplicate {
+		t.Errorf("result = %+v, want ErrInvalid", res[0])
+	}
+	if res[1].Err != nil || len(res[1].Deliveries) != 2 {
+		t.Errorf("second draft = %+v, want committed", res[1])
+	}
+	if got := historytest.PageAll(t, db, c.ID, "", 10); len(got) != 2 || got[0].Body != "theirs" {
+		t.Errorf("history = %+v, want theirs and also mine", got)
+	}
+}
+
+// TestCommitRetriesWhenKeyTaken commits the same idempotency key from
+// another Commit between a Commit's reads and its writes: the insert hits
+// the unique key, and the retry answers Duplicate with the other's message
+// (the same chat and body: a resend that raced its original).
+func TestCommitRetriesWhenKeyTaken(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db := newDB(t)
+	c := mustDirect(t, db, "alice", "bob")
+	var other []history.Result
+	res, err := db.commit(ctx, []history.Draft{historytest.Draft(c.ID, "alice", "k", "the same"), historytest.Draft(c.ID, "alice", "k2", "also mine")},
+		&commitHooks{afterRead: func(ctx context.Context) {
+			if other == nil {
+				other = historytest.MustCommit(t, db, historytest.Draft(c.ID, "alice", "k", "the same"))
+			}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res[0].Duplicate || res[0].Message.ID != other[0].Message.ID || !res[0].Message.SentAt.Equal(other[0].Message.SentAt) {
 		t.Errorf("result = %+v, want a duplicate of %+v", res[0], other[0].Message)
 	}
 	if res[1].Duplicate || res[1].Err != nil || len(res[1].Deliveries) != 2 {

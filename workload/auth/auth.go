@@ -142,14 +142,26 @@ func (s *Signer) issue(user, scope string, ttl time.Duration) (string, error) {
 // Verify checks a user token and returns its sub. Admin tokens are refused
 // here. Every failure wraps ErrInvalidToken.
 func (s *Signer) Verify(token string) (string, error) {
+	user, _, err := s.VerifyExpiry(token)
+	return user, err
+}
+
+// VerifyExpiry is Verify that also returns the token's exp claim (second
+// precision, UTC), or the zero time when the token has none: an open
+// WebSocket is closed when it passes (PROTOCOL.md §1, close 4005). A token
+// whose exp has passed fails like any invalid token.
+func (s *Signer) VerifyExpiry(token string) (user string, exp time.Time, err error) {
 	c, err := s.parse(token)
 	if err != nil {
-		return "", err
+		return "", time.Time{}, err
 	}
 	if c.Scope != "" {
-		return "", fmt.Errorf("%w: not a user token", ErrInvalidToken)
+		return "", time.Time{}, fmt.Errorf("%w: not a user token", ErrInvalidToken)
 	}
-	return c.Subject, nil
+	if c.ExpiresAt != nil {
+		exp = c.ExpiresAt.UTC()
+	}
+	return c.Subject, exp, nil
 }
 
 // VerifyAdmin checks an admin token. Every failure wraps ErrInvalidToken.

@@ -12,15 +12,19 @@ import (
 
 // Frame types (PROTOCOL.md §3).
 const (
-	TypeHello    = "hello"
-	TypeSend     = "send"
-	TypeAck      = "ack"
-	TypePing     = "ping"
-	TypePong     = "pong"
-	TypeRead     = "read"
-	TypeAccepted = "accepted"
-	TypeMessage  = "message"
-	TypeError    = "error"
+	TypeHello = "hello"
+	TypeSend  = "send"
+	TypeAck   = "ack"
+	TypePing  = "ping"
+	TypePong  = "pong"
+	TypeRead  = "read"
+	// TypeRefresh (client) replaces the connection's token before it
+	// expires; TypeRefreshed (server) answers it (PROTOCOL.md §1).
+	TypeRefresh   = "refresh"
+	TypeRefreshed = "refreshed"
+	TypeAccepted  = "accepted"
+	TypeMessage   = "message"
+	TypeError     = "error"
 )
 
 // Error codes carried by error frames and HTTP error bodies (PROTOCOL.md §2, §3).
@@ -44,6 +48,7 @@ const (
 	CloseAttempts   = 4002 // withdrawn: unacknowledged past max-delivery-attempts
 	ClosePending    = 4003 // withdrawn: more than max-pending unacknowledged
 	CloseIdle       = 4004 // no answer to pings
+	CloseExpired    = 4005 // the connection's token expired (PROTOCOL.md §1)
 	CloseGoingAway  = 1001 // server shutting down
 	ClosePolicy     = 1008 // too many bad frames
 	CloseTooBig     = 1009 // frame over the transport limit
@@ -92,6 +97,21 @@ type Read struct {
 	MessageID string `json:"messageId"`
 }
 
+// Refresh replaces the connection's token (PROTOCOL.md §1): a valid token
+// of the same user moves the connection's expiry to its exp (or removes
+// it); any other token is refused with CodeInvalid and changes nothing.
+type Refresh struct {
+	Type  string `json:"type"`
+	Token string `json:"token"`
+}
+
+// Refreshed answers a refresh that was applied. Exp is the new token's exp
+// in UTC; nil (the key absent) when the new token has none.
+type Refreshed struct {
+	Type string     `json:"type"`
+	Exp  *time.Time `json:"exp,omitempty"`
+}
+
 // Ping and Pong are the application-level liveness frames.
 type Ping struct {
 	Type string `json:"type"`
@@ -133,7 +153,8 @@ type Error struct {
 	Message       string
 	CorrelationID string
 	// FrameType is the type of the refused frame when DecodeClient could
-	// read a known one (TypeSend, TypeAck, TypePing, TypeRead), else "".
+	// read a known one (TypeSend, TypeAck, TypePing, TypeRead,
+	// TypeRefresh), else "".
 	FrameType string
 }
 
@@ -160,6 +181,7 @@ func CodeOf(err error) string {
 const (
 	MaxIDLen       = 128 // chatId, messageId, correlationId, in bytes
 	MaxAckIDs      = 1024
+	MaxTokenLen    = 4096 // bytes of a refresh frame's token (as auth accepts)
 	DefaultMaxBody = 4096
 	TransportLimit = 64 << 10 // bytes: larger frames close the socket with 1009
 )
@@ -167,10 +189,11 @@ const (
 // ClientFrame is a decoded client-to-server frame: exactly one of the
 // pointers is set.
 type ClientFrame struct {
-	Send *Send
-	Ack  *Ack
-	Ping *Ping
-	Read *Read
+	Send    *Send
+	Ack     *Ack
+	Ping    *Ping
+	Read    *Read
+	Refresh *Refresh
 }
 
 // DecodeClient parses one client frame. maxBody is the body limit in bytes
@@ -189,7 +212,7 @@ func DecodeClient(data []byte, maxBody int) (f ClientFrame, err error) {
 		var pe *Error
 		if errors.As(err, &pe) {
 			switch head.Type {
-			case TypeSend, TypeAck, TypePing, TypeRead:
+			case TypeSend, TypeAck, TypePing, TypeRead, TypeRefresh:
 				pe.FrameType = head.Type
 			}
 		}
@@ -264,6 +287,15 @@ func DecodeClient(data []byte, maxBody int) (f ClientFrame, err error) {
 		}
 		r.UserID = "" // set by the server, never trusted from a client
 		f.Read = &r
+	case TypeRefresh:
+		var r Refresh
+		if err := json.Unmarshal(data, &r); err != nil {
+			return f, Errorf(CodeInvalid, "refresh: %s", fieldError(err))
+		}
+		if r.Token == "" || len(r.Token) > MaxTokenLen {
+			return f, Errorf(CodeInvalid, "refresh: token is required (1..%d bytes)", MaxTokenLen)
+		}
+		f.Refresh = &r
 	case "":
 		return f, Errorf(CodeInvalid, "frame has no type")
 	default:

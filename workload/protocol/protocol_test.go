@@ -57,6 +57,13 @@ func TestDecodeClient(t *testing.T) {
 		{name: "send correlationId with NUL", in: `{"type":"send","chatId":"c","correlationId":"k\u0000","body":"x"}`, code: CodeInvalid},
 		{name: "ack id with NUL", in: `{"type":"ack","messageIds":["a\u0000"]}`, code: CodeInvalid},
 		{name: "read messageId with NUL", in: `{"type":"read","chatId":"c","messageId":"x\u0000y"}`, code: CodeInvalid},
+		{name: "refresh", in: `{"type":"refresh","token":"a.b.c"}`, check: func(t *testing.T, f ClientFrame) {
+			if f.Refresh == nil || f.Refresh.Token != "a.b.c" {
+				t.Fatalf("refresh decoded as %+v", f.Refresh)
+			}
+		}},
+		{name: "refresh without token", in: `{"type":"refresh"}`, code: CodeInvalid},
+		{name: "refresh token not a string", in: `{"type":"refresh","token":1}`, code: CodeInvalid},
 		{name: "read chatId with NUL", in: `{"type":"read","chatId":"\u0000","messageId":"m"}`, code: CodeInvalid},
 	}
 	for _, tc := range cases {

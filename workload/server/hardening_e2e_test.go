@@ -6,6 +6,7 @@ package server_test
 // readiness_faults_test.go.
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -152,4 +153,71 @@ func (e *env) metric(series string) float64 {
 		}
 	}
 	return -1
+}
+
+// §1: an open socket does not outlive its token. When exp passes the
+// server closes with 4005; before that, refresh with a valid token of the
+// same user answers refreshed (with the new exp, or none) and moves the
+// expiry; any other token is answered invalid and changes nothing. Before,
+// a socket opened with a 3 s token still got its sends accepted after 6 s
+// while HTTP answered 401 (issue 13, point 4).
+func TestE2ETokenExpiry(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, b backend) {
+		e := newEnv(t, b, nil)
+		chat := e.createDirect("alice", "bob")
+		sign := func(claims jwt.MapClaims) string {
+			s, err := jwt.NewWithClaims(jwt.SigningMethodHS256, claims).SignedString([]byte(e.secret))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
+		}
+		// Both sockets' tokens expire at the same second, 2-3 s from now.
+		exp := time.Now().Add(3 * time.Second).Truncate(time.Second)
+		short := sign(jwt.MapClaims{"sub": "alice", "exp": exp.Unix()})
+		kept := e.dial("alice", dialOpts{device: "kept", token: short})
+		lapsing := e.dial("alice", dialOpts{device: "lapsing", token: short})
+		acc := lapsing.sendOK(chat.ChatID, "before-exp", "still valid")
+		kept.ack(kept.next("alice's own message on her other device", messageID(acc.MessageID)).MessageID)
+
+		// Anything but a valid token of alice changes nothing.
+		for what, tok := range map[string]string{
+			"bob's token":    e.token("bob"),
+			"an admin token": func() string { s, _ := e.srv.Signer().IssueAdmin(time.Hour); return s }(),
+			"an expired one": sign(jwt.MapClaims{"sub": "alice", "exp": time.Now().Add(-time.Minute).Unix()}),
+			"a forged one":   strings.TrimSuffix(e.token("alice"), "A") + "B",
+			"garbage":        "not a token",
+		} {
+			lapsing.write(map[string]string{"type": "refresh", "token": tok})
+			if f := lapsing.expect("error"); f.Code != "invalid" || f.CorrelationID != "" {
+				t.Errorf("refresh with %s answered %s, want error invalid", what, f)
+			}
+		}
+		lapsing.write(map[string]string{"type": "refresh"})
+		if f := lapsing.expect("error"); f.Code != "invalid" {
+			t.Errorf("refresh without a token answered %s, want invalid", f)
+		}
+
+		later := time.Now().Add(time.Hour).Truncate(time.Second)
+		kept.write(map[string]string{"type": "refresh", "token": sign(jwt.MapClaims{"sub": "alice", "exp": later.Unix()})})
+		r := kept.expect("refreshed")
+		expectKeys(t, "refreshed", r.Raw, "type", "exp")
+		var got struct {
+			Exp time.Time `json:"exp"`
+		}
+		if json.Unmarshal(r.Raw, &got) != nil || !got.Exp.Equal(later) || !strings.HasSuffix(string(r.Raw), `Z"}`) {
+			t.Errorf("refreshed %s, want exp %s in UTC", r, later.UTC().Format(time.RFC3339))
+		}
+		kept.write(map[string]string{"type": "refresh", "token": sign(jwt.MapClaims{"sub": "alice"})})
+		expectKeys(t, "refreshed without exp", kept.expect("refreshed").Raw, "type")
+
+		lapsing.expectClose(4005)
+		if now := time.Now(); now.Before(exp) {
+			t.Errorf("closed with 4005 at %v, before the token's exp %v", now, exp)
+		}
+		// The refreshed socket outlived the original expiry.
+		kept.sync()
+		kept.sendOK(chat.ChatID, "after-exp", "refreshed in time")
+	})
 }

@@ -47,7 +47,7 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 	if token == "" {
 		token = r.URL.Query().Get("token")
 	}
-	user, err := s.signer.Verify(token)
+	user, exp, err := s.signer.VerifyExpiry(token)
 	if err != nil {
 		writeError(w, protocol.CodeUnauthorized, "missing, malformed, expired or wrongly signed token")
 		return
@@ -72,6 +72,7 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 	s.sessions.Add(1)
 	defer s.sessions.Done()
 	sess := newSession(s, c, user, device)
+	sess.exp = exp
 	sess.run()
 }
 
@@ -118,6 +119,13 @@ type session struct {
 	inflight atomic.Int32
 	limiter  *rate.Limiter
 	bad      int
+
+	// The token's expiry (PROTOCOL.md §1): zero for a token without exp;
+	// expiry closes the connection with 4005 when it passes. refresh moves
+	// both (handleRefresh). Guarded by expMu.
+	expMu  sync.Mutex
+	exp    time.Time
+	expiry *time.Timer
 }
 
 func newSession(s *Server, c *websocket.Conn, user, device string) *session {
@@ -257,6 +265,8 @@ func (c *session) run() {
 	}
 	c.member = m
 	s.noteConnection(c.user, c.device)
+	c.setExpiry(c.exp)
+	defer c.setExpiry(time.Time{})
 	c.startPinger(ctx)
 	c.reader(ctx)
 	s.engine.Unregister(m)
@@ -430,7 +440,48 @@ func (c *session) handle(ctx context.Context, data []byte) {
 		c.send(protocol.Ping{Type: protocol.TypePong})
 	case f.Read != nil:
 		c.handleRead(ctx, f.Read)
+	case f.Refresh != nil:
+		c.handleRefresh(f.Refresh)
 	}
+}
+
+// setExpiry makes exp the connection's expiry: the connection is closed
+// with 4005 when it passes (at once when it has passed already); the zero
+// time means none. It replaces the previous expiry.
+func (c *session) setExpiry(exp time.Time) {
+	c.expMu.Lock()
+	defer c.expMu.Unlock()
+	if c.expiry != nil {
+		c.expiry.Stop()
+		c.expiry = nil
+	}
+	c.exp = exp
+	if !exp.IsZero() {
+		c.expiry = time.AfterFunc(time.Until(exp), func() {
+			c.Close(protocol.CloseExpired, "token expired: reconnect with a new token, or refresh before exp")
+		})
+	}
+}
+
+// handleRefresh applies a refresh frame (PROTOCOL.md §1): a valid user
+// token of this connection's user replaces the expiry and is answered
+// refreshed; any other token gets invalid and changes nothing.
+func (c *session) handleRefresh(r *protocol.Refresh) {
+	user, exp, err := c.srv.signer.VerifyExpiry(r.Token)
+	switch {
+	case err != nil:
+		c.sendError("", protocol.CodeInvalid, "refresh: the token is malformed, expired, wrongly signed or not a user token; nothing changed")
+		return
+	case user != c.user:
+		c.sendError("", protocol.CodeInvalid, "refresh: the token is for another user; nothing changed")
+		return
+	}
+	c.setExpiry(exp)
+	ans := protocol.Refreshed{Type: protocol.TypeRefreshed}
+	if !exp.IsZero() {
+		ans.Exp = &exp
+	}
+	c.send(ans)
 }
 
 func (c *session) handleSend(m *protocol.Send, credits, perSecond int) {

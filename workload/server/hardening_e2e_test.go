@@ -6,15 +6,18 @@ package server_test
 // readiness_faults_test.go.
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
 
+	"github.com/tetra-messenger/tetra/workload/client"
 	"github.com/tetra-messenger/tetra/workload/server"
 )
 
@@ -219,5 +222,95 @@ func TestE2ETokenExpiry(t *testing.T) {
 		// The refreshed socket outlived the original expiry.
 		kept.sync()
 		kept.sendOK(chat.ChatID, "after-exp", "refreshed in time")
+	})
+}
+
+// The Go client refreshes its token before exp with tokens the application
+// supplies (client.Config.TokenRefresh), so its socket is never closed with
+// 4005; without TokenRefresh it sees 4005, then 401 on the next upgrade,
+// and stops (issue 13, point 4).
+func TestE2EClientRefreshesItsToken(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, b backend) {
+		e := newEnv(t, b, nil)
+		chat := e.createDirect("alice", "bob")
+		short := func() string {
+			tok, err := e.srv.Signer().Issue("alice", 3*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return tok
+		}
+		first := short()
+		firstExp := time.Now().Add(3 * time.Second) // at most
+		calls := make(chan time.Time, 100)
+		states := make(chan client.StateChange, 100)
+		c, err := client.Dial(t.Context(), client.Config{
+			URL: e.srv.URL(), Token: first, TokenInQuery: true,
+			TokenRefresh: func(context.Context) (string, error) {
+				calls <- time.Now()
+				return short(), nil
+			},
+			OnState: func(sc client.StateChange) { states <- sc },
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		// Every refresh happens at least 1 s after the one before (each
+		// token has 2-3 s left when it arrives): after three, the first
+		// token's exp has passed.
+		for i := range 3 {
+			select {
+			case <-calls:
+			case <-time.After(waitLong):
+				t.Fatalf("TokenRefresh called %d times in %v, want 3", i, waitLong)
+			}
+		}
+		if now := time.Now(); now.Before(firstExp) {
+			t.Fatalf("three refreshes by %v, before the first token's exp %v", now, firstExp)
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), waitLong)
+		defer cancel()
+		if _, err := c.Send(ctx, chat.ChatID, "after the first token expired"); err != nil {
+			t.Fatalf("send: %v", err)
+		}
+		if st := c.Stats(); st.Reconnects != 0 {
+			t.Errorf("%d reconnects, want none: the socket outlives the first token", st.Reconnects)
+		}
+		for len(states) > 0 {
+			if sc := <-states; sc.State == client.StateReconnecting {
+				t.Errorf("the connection ended (%d, %v), want it kept by refreshes", sc.CloseCode, sc.Err)
+			}
+		}
+		if c.Token() == first {
+			t.Error("the client still uses its first token")
+		}
+
+		// Without TokenRefresh: 4005 at exp, then 401, and the client stops.
+		lapsing, err := client.Dial(t.Context(), client.Config{URL: e.srv.URL(), Token: short(), Device: "lapsing",
+			OnState: func(sc client.StateChange) { states <- sc }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer lapsing.Close()
+		var codes []int
+		for {
+			var sc client.StateChange
+			select {
+			case sc = <-states:
+			case <-time.After(waitLong):
+				t.Fatalf("the client without TokenRefresh still runs; closes so far %v", codes)
+			}
+			if sc.State == client.StateReconnecting {
+				codes = append(codes, sc.CloseCode)
+			}
+			if sc.State == client.StateClosed {
+				if client.CodeOf(sc.Err) != "unauthorized" || !slices.Equal(codes, []int{4005}) {
+					t.Errorf("stopped with %v after closes %v, want 401 after one 4005", sc.Err, codes)
+				}
+				break
+			}
+		}
 	})
 }

@@ -118,6 +118,9 @@ type Config struct {
 	// tokens for DemoUsers to anyone. Allowed only on the embedded default
 	// without JWTSecret (CheckDemo); off otherwise.
 	Demo bool
+	// DemoTokenTTL is the lifetime of a demo token; default DemoTokenTTL
+	// (24 h). The browser tests shorten it to watch the page refresh.
+	DemoTokenTTL time.Duration
 }
 
 // DefaultConfig returns the embedded default configuration.

@@ -29,8 +29,23 @@ type Config struct {
 	ReadQueueSize int           // read receipt queue; default 8000
 	ReadBatchSize int           // receipts per transaction; default 64
 	ReadBatchWait time.Duration // default 10 ms
-	CommitTimeout time.Duration // per transaction; default 10 s
+	// StoreTimeout is the longest a send waits for its answer, from the
+	// moment Submit queued it: a send still queued at its deadline is
+	// answered ErrUnavailable without being tried, and each transaction
+	// runs until the deadline of its oldest send (so a store that hangs
+	// answers every send within StoreTimeout, never after the commits
+	// queued before it). It also bounds each SaveReads call. Default
+	// DefaultStoreTimeout (5 s); the server's --store-timeout.
+	StoreTimeout time.Duration
 }
+
+// DefaultStoreTimeout is Config.StoreTimeout's default.
+const DefaultStoreTimeout = 5 * time.Second
+
+// ErrTimeout is wrapped by the error Done gets when a send reached its
+// StoreTimeout deadline before its commit could start; it wraps
+// history.ErrUnavailable too (the send was not stored: answer overloaded).
+var ErrTimeout = fmt.Errorf("ingest: send waited its whole store timeout in the queue: %w", history.ErrUnavailable)
 
 // Defaults fills zero fields.
 func (c Config) withDefaults() Config {
@@ -52,17 +67,20 @@ func (c Config) withDefaults() Config {
 	def(&c.ReadQueueSize, 8000)
 	def(&c.ReadBatchSize, 64)
 	defD(&c.ReadBatchWait, 10*time.Millisecond)
-	defD(&c.CommitTimeout, 10*time.Second)
+	defD(&c.StoreTimeout, DefaultStoreTimeout)
 	return c
 }
 
 // Request is one send in the pipeline. Done is called exactly once, from the
 // committer goroutine, with the commit's result for this draft, or with a
-// non-nil error (wrapping history.ErrUnavailable) when the batch failed. Done
-// must not block.
+// non-nil error (wrapping history.ErrUnavailable) when the batch failed or
+// the send reached its deadline (Config.StoreTimeout) first. Done must not
+// block.
 type Request struct {
 	Draft history.Draft
 	Done  func(res history.Result, err error)
+
+	deadline time.Time // set by Submit: queue time + StoreTimeout
 }
 
 // ReadRequest is one read receipt in the pipeline. Done, when not nil, is
@@ -140,6 +158,7 @@ func (p *Pipeline) Submit(r Request) error {
 	if p.closed {
 		return ErrOverloaded
 	}
+	r.deadline = time.Now().Add(p.cfg.StoreTimeout)
 	select {
 	case p.in <- r:
 		return nil
@@ -242,11 +261,33 @@ func (p *Pipeline) commitLoop() {
 }
 
 func (p *Pipeline) commit(batch []Request) {
+	// Sends past their deadline are answered without a try: the store is
+	// slow or hangs, and their senders were promised an answer by now.
+	now := time.Now()
+	live := batch[:0:0]
+	for _, r := range batch {
+		if now.Before(r.deadline) {
+			live = append(live, r)
+			continue
+		}
+		r.Done(history.Result{}, ErrTimeout)
+	}
+	if expired := len(batch) - len(live); expired > 0 {
+		p.log.Warn("sends reached their store timeout in the queue; answered overloaded", "sends", expired, "timeout", p.cfg.StoreTimeout)
+	}
+	if batch = live; len(batch) == 0 {
+		return
+	}
 	drafts := make([]history.Draft, len(batch))
+	deadline := batch[0].deadline
 	for i, r := range batch {
 		drafts[i] = r.Draft
+		if r.deadline.Before(deadline) {
+			deadline = r.deadline
+		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.CommitTimeout)
+	// The transaction may run until its oldest send's deadline.
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	start := time.Now()
 	results, err := p.store.Commit(ctx, drafts)
 	cancel()
@@ -322,7 +363,7 @@ func (p *Pipeline) saveReads(batch []ReadRequest) []history.Read {
 	for i, r := range batch {
 		reads[i] = r.Read
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.CommitTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.StoreTimeout)
 	err := p.store.SaveReads(ctx, reads)
 	cancel()
 	switch {

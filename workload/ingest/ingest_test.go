@@ -310,3 +310,83 @@ func TestBadReadReceiptIsIsolated(t *testing.T) {
 	}
 	t.Logf("SaveReads batches: %v", g.calls)
 }
+
+// deadlineStore records each Commit's context deadline and holds the first
+// Commit until release is closed (ignoring its context: a store that
+// hangs).
+type deadlineStore struct {
+	history.Store
+	release   chan struct{}
+	mu        sync.Mutex
+	deadlines []time.Time
+	drafts    []string // correlation ids, in commit order
+}
+
+func (s *deadlineStore) Commit(ctx context.Context, d []history.Draft) ([]history.Result, error) {
+	dl, _ := ctx.Deadline()
+	s.mu.Lock()
+	first := len(s.deadlines) == 0
+	s.deadlines = append(s.deadlines, dl)
+	for _, x := range d {
+		s.drafts = append(s.drafts, x.CorrelationID)
+	}
+	s.mu.Unlock()
+	if first {
+		<-s.release
+		return nil, fmt.Errorf("%w: hung", history.ErrUnavailable)
+	}
+	return s.Store.Commit(ctx, d)
+}
+
+// A send waits at most StoreTimeout from the moment it is queued: one that
+// reached its deadline behind a hung commit is answered ErrTimeout without
+// being tried, and a transaction runs until its oldest send's deadline, not
+// a full timeout from its start. Before, every transaction had a fresh 10 s
+// (CommitTimeout), so sends queued behind a hung one waited for it and then
+// for their own (issue 13, point 5).
+func TestSendWaitsAtMostTheStoreTimeout(t *testing.T) {
+	st, chat := setup(t)
+	ds := &deadlineStore{Store: st.Store, release: make(chan struct{})}
+	const timeout = 50 * time.Millisecond
+	p, err := New(ds, Config{BatchSize: 1, MaxBatch: 1, StoreTimeout: timeout}, nil, nil, Hooks{}, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Start()
+	defer p.Stop(context.Background())
+	hung, queued := make(chan error, 1), make(chan error, 1)
+	if err := p.Submit(Request{Draft: draft(chat, 1), Done: func(_ history.Result, err error) { hung <- err }}); err != nil {
+		t.Fatal(err)
+	}
+	// The first commit holds the committer; the second send queues behind
+	// it until its deadline has passed.
+	if err := p.Submit(Request{Draft: draft(chat, 2), Done: func(_ history.Result, err error) { queued <- err }}); err != nil {
+		t.Fatal(err)
+	}
+	<-time.After(2 * timeout)
+	close(ds.release)
+	if err := <-hung; !errors.Is(err, history.ErrUnavailable) {
+		t.Fatalf("the hung commit's send got %v", err)
+	}
+	if err := <-queued; !errors.Is(err, ErrTimeout) || !errors.Is(err, history.ErrUnavailable) {
+		t.Fatalf("the send queued past its deadline got %v, want ErrTimeout (overloaded)", err)
+	}
+	// A fresh send commits, with its own deadline.
+	done := make(chan error, 1)
+	before := time.Now()
+	if err := p.Submit(Request{Draft: draft(chat, 3), Done: func(res history.Result, err error) { done <- errors.Join(err, res.Err) }}); err != nil {
+		t.Fatal(err)
+	}
+	after := time.Now()
+	if err := <-done; err != nil {
+		t.Fatalf("fresh send: %v", err)
+	}
+	ds.mu.Lock()
+	defer ds.mu.Unlock()
+	if fmt.Sprint(ds.drafts) != "[k1 k3]" {
+		t.Errorf("committed %v, want [k1 k3]: the expired send must not be tried", ds.drafts)
+	}
+	if dl := ds.deadlines[len(ds.deadlines)-1]; dl.Before(before.Add(timeout)) || dl.After(after.Add(timeout)) {
+		t.Errorf("transaction deadline %v, want the send's own: queued between %v and %v plus %v", dl, before, after, timeout)
+	}
+}

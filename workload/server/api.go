@@ -80,31 +80,6 @@ func recoverer(s *Server, next http.Handler) http.Handler {
 	})
 }
 
-func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
-	if s.draining.Load() {
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "draining"})
-		return
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-	defer cancel()
-	checks := map[string]string{"store": "ok", "index": "ok"}
-	status := http.StatusOK
-	if err := s.store.Ping(ctx); err != nil {
-		checks["store"], status = err.Error(), http.StatusServiceUnavailable
-	}
-	if _, err := s.index.Stats(ctx); err != nil {
-		checks["index"], status = err.Error(), http.StatusServiceUnavailable
-	}
-	if s.kafkaLog != nil {
-		// The outbox topic's head: a metadata and a ListOffsets round trip.
-		checks["outbox"] = "ok"
-		if _, err := s.outbox.Head(ctx, 0); err != nil {
-			checks["outbox"], status = err.Error(), http.StatusServiceUnavailable
-		}
-	}
-	writeJSON(w, status, checks)
-}
-
 // bearer extracts the token from "Authorization: Bearer <token>".
 func bearer(r *http.Request) string {
 	h := r.Header.Get("Authorization")

@@ -38,7 +38,7 @@ func TestE2EStoreAndIndexOutageWhileRunning(t *testing.T) {
 		cfg := server.DefaultConfig()
 		cfg.Addr, cfg.DataDir = "127.0.0.1:0", t.TempDir()
 		cfg.Store, cfg.Index, cfg.IndexPrefix = pgURL, redisURL, prefix
-		cfg.Ingest.CommitTimeout = 2 * time.Second
+		cfg.Ingest.StoreTimeout = 2 * time.Second
 		cfg.Delivery.StoreTimeout = time.Second
 		mutate(&cfg)
 		return startServer(t, cfg)

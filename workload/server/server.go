@@ -105,6 +105,16 @@ type Config struct {
 	OutboundQueue int
 	// WriteTimeout bounds one socket write; default 10 s.
 	WriteTimeout time.Duration
+	// StoreTimeout is the longest a send waits for its commit, from the
+	// moment it is queued; a send not committed by then is answered
+	// overloaded (--store-timeout; it sets Ingest.StoreTimeout, which it
+	// overrides). Default ingest.DefaultStoreTimeout (5 s).
+	StoreTimeout time.Duration
+	// ReadyTimeout bounds GET /readyz: the checks run at once, and one
+	// that has not answered by then counts as failed, so the probe gets
+	// its answer (503) within ReadyTimeout even when a store hangs.
+	// Default 800 ms, under the 1 s a readiness probe usually allows.
+	ReadyTimeout time.Duration
 	// ShutdownGrace bounds Shutdown's drain; default 10 s.
 	ShutdownGrace time.Duration
 	// Logger defaults to slog.Default().
@@ -156,6 +166,15 @@ func (c *Config) validate() error {
 	if c.ShutdownGrace <= 0 {
 		c.ShutdownGrace = 10 * time.Second
 	}
+	if c.StoreTimeout < 0 || c.ReadyTimeout < 0 {
+		return fmt.Errorf("server: StoreTimeout (%v) and ReadyTimeout (%v) must be >= 0 (0: the default)", c.StoreTimeout, c.ReadyTimeout)
+	}
+	if c.StoreTimeout > 0 {
+		c.Ingest.StoreTimeout = c.StoreTimeout
+	}
+	if c.ReadyTimeout == 0 {
+		c.ReadyTimeout = DefaultReadyTimeout
+	}
 	if err := c.Tuning.Validate(); err != nil {
 		return fmt.Errorf("server: tuning: %w", err)
 	}
@@ -164,6 +183,9 @@ func (c *Config) validate() error {
 	}
 	return nil
 }
+
+// DefaultReadyTimeout is Config.ReadyTimeout's default.
+const DefaultReadyTimeout = 800 * time.Millisecond
 
 // Server is the messenger workload.
 type Server struct {
@@ -207,6 +229,8 @@ type Server struct {
 	stopErr  error
 
 	tuningReloads atomic.Int64
+
+	commits commitHealth // recent group-commit outcomes, for /readyz
 }
 
 // New opens the stores named by cfg, primes the waterline index and builds
@@ -269,8 +293,14 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		handoff = func([]history.Result) { s.relay.Wake() }
 	}
 	s.pipeline, err = ingest.New(s.store, cfg.Ingest, handoff, s.broadcastReads, ingest.Hooks{
-		Committed: s.metrics.Committed,
-		Failed:    func(int, error) { s.metrics.CommitFailed() },
+		Committed: func(n int, took time.Duration) {
+			s.metrics.Committed(n, took)
+			s.commits.succeeded()
+		},
+		Failed: func(_ int, err error) {
+			s.metrics.CommitFailed()
+			s.commits.failed(err)
+		},
 		ReadFailed: func(err error) {
 			reason := metrics.ReasonUnavailable
 			if errors.Is(err, history.ErrInvalid) {

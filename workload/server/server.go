@@ -408,6 +408,10 @@ func (s *Server) openStores(ctx context.Context) error {
 			s.closer()
 			return err
 		}
+		if err := s.lockOwner(ctx, db); err != nil {
+			s.closer()
+			return err
+		}
 	}
 	if s.cfg.WrapStore != nil {
 		s.store = s.cfg.WrapStore(s.store)
@@ -439,6 +443,51 @@ func (s *Server) lockInstance(ctx context.Context, db *postgres.DB) error {
 	}
 	closeRest := s.closer
 	s.closer = func() error { err := closeRest(); release(); return err }
+	return nil
+}
+
+// ownerLockWait is how long lockOwner waits for the owner lock: long
+// enough for PostgreSQL to end a killed predecessor's session.
+const ownerLockWait = 3 * time.Second
+
+// lockOwner lets a process restarted in place take over at once (issue 13,
+// point 6). With a Redis index, a process's liveness record under its
+// owner name keeps a successor of the same name waiting until it lapses
+// (--owner-ttl), because a live duplicate must be refused. Every such
+// process also holds a PostgreSQL session lock on its owner name for its
+// life (postgres.DB.LockOwner): taking it proves the previous holder's
+// session is gone, so its record is taken over (redis.Index.TakeOver) and
+// the engine's start does not wait. When the lock is held (a live
+// duplicate, or a dead process whose session PostgreSQL has not ended
+// yet) nothing changes: the start waits for the record to lapse and
+// refuses a live duplicate, as before. The lock is released when the
+// store closes.
+func (s *Server) lockOwner(ctx context.Context, db *postgres.DB) error {
+	ri, ok := s.index.(*redisidx.Index)
+	if !ok {
+		return nil
+	}
+	prefix := s.cfg.IndexPrefix
+	if prefix == "" {
+		prefix = redisidx.DefaultPrefix
+	}
+	taken, release, err := db.LockOwner(ctx, prefix, ri.Owner(), ownerLockWait)
+	if err != nil {
+		return fmt.Errorf("server: PostgreSQL store at %s: %w", redact(s.cfg.Store), err)
+	}
+	closeRest := s.closer
+	s.closer = func() error { err := closeRest(); release(); return err }
+	if !taken {
+		s.log.Info("fleet: another session holds this owner name's lock; the start waits for its liveness record to lapse", "owner", ri.Owner())
+		return nil
+	}
+	took, err := ri.TakeOver(ctx)
+	switch {
+	case err != nil:
+		s.log.Warn("fleet: could not take over the dead predecessor's owner record; the start waits for it to lapse", "owner", ri.Owner(), "err", err)
+	case took:
+		s.log.Info("fleet: the previous process of this owner name is gone (its database session ended); took its owner record over", "owner", ri.Owner())
+	}
 	return nil
 }
 

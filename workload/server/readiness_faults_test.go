@@ -47,16 +47,12 @@ func TestE2EPostgresFrozen(t *testing.T) {
 	t.Parallel()
 	pg := testenv.NewOwnPostgres(t)
 	const storeTimeout = time.Second
-	e := newEnv(t, backend{name: "own postgres", start: func(t *testing.T, mutate func(*server.Config)) *server.Server {
-		cfg := server.DefaultConfig()
-		cfg.Addr, cfg.DataDir = "127.0.0.1:0", t.TempDir()
+	e := newEnv(t, customBackend("own postgres", func(cfg *server.Config) {
 		cfg.Store, cfg.Index = pg.URL(), "memory"
 		cfg.StoreTimeout = storeTimeout
 		cfg.Delivery.StoreTimeout = storeTimeout
 		cfg.Ingest.BatchSize, cfg.Ingest.MaxBatch = 1, 1
-		mutate(&cfg)
-		return startServer(t, cfg)
-	}}, nil)
+	}), nil)
 	chat := e.createDirect("alice", "bob")
 	alice := e.dial("alice", dialOpts{})
 	bob := e.dial("bob", dialOpts{})
@@ -123,13 +119,9 @@ func TestE2EPostgresFrozen(t *testing.T) {
 func TestE2EDiskFull(t *testing.T) {
 	t.Parallel()
 	fs := testenv.NewSmallFS(t, 24<<20)
-	e := newEnv(t, backend{name: "sqlite on a small filesystem", start: func(t *testing.T, mutate func(*server.Config)) *server.Server {
-		cfg := server.DefaultConfig()
-		cfg.Addr, cfg.DataDir = "127.0.0.1:0", t.TempDir()
+	e := newEnv(t, customBackend("sqlite on a small filesystem", func(cfg *server.Config) {
 		cfg.Store, cfg.Index = "sqlite://"+fs.Dir+"/tetra.db", "memory"
-		mutate(&cfg)
-		return startServer(t, cfg)
-	}}, nil)
+	}), nil)
 	chat := e.createDirect("alice", "bob")
 	alice := e.dial("alice", dialOpts{})
 	alice.sendOK(chat.ChatID, "before", "before the disk filled")

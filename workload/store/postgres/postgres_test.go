@@ -762,63 +762,46 @@ func TestCommitRetriesWhenMembersChange(t *testing.T) {
 	}
 }
 
-// TestCommitKeyTakenMeanwhileForOtherContent: the same race as
-// TestCommitRetriesWhenKeyTaken, but the other Commit used the key for
-// another body: the retry refuses the draft with ErrInvalid (PROTOCOL.md
-// §3, a reused key), and commits the rest of the batch.
-func TestCommitKeyTakenMeanwhileForOtherContent(t *testing.T) {
-	t.Parallel()
-	ctx := t.Context()
-	db := newDB(t)
-	c := mustDirect(t, db, "alice", "bob")
-	var other []history.Result
-	res, err := db.commit(ctx, []history.Draft{historytest.Draft(c.ID, "alice", "k", "mine"), historytest.Draft(c.ID, "alice", "k2", "also mine")},
-		&commitHooks{afterRead: func(ctx context.Context) {
-			if other == nil {
-				other = historytest.MustCommit(t, db, historytest.Draft(c.ID, "alice", "k", "theirs"))
-			}
-		}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !errors.Is(res[0].Err, history.ErrInvalid) || res[0].Duplicate {
-		t.Errorf("result = %+v, want ErrInvalid", res[0])
-	}
-	if res[1].Err != nil || len(res[1].Deliveries) != 2 {
-		t.Errorf("second draft = %+v, want committed", res[1])
-	}
-	if got := historytest.PageAll(t, db, c.ID, "", 10); len(got) != 2 || got[0].Body != "theirs" {
-		t.Errorf("history = %+v, want theirs and also mine", got)
-	}
-}
-
 // TestCommitRetriesWhenKeyTaken commits the same idempotency key from
 // another Commit between a Commit's reads and its writes: the insert hits
-// the unique key, and the retry answers Duplicate with the other's message
-// (the same chat and body: a resend that raced its original).
+// the unique key, and the retry answers with what the key now names: a
+// Duplicate of the other's message when the chat and body are the same (a
+// resend that raced its original), ErrInvalid when the body differs (a
+// reused key, PROTOCOL.md §3). The rest of the batch commits either way.
 func TestCommitRetriesWhenKeyTaken(t *testing.T) {
 	t.Parallel()
-	ctx := t.Context()
-	db := newDB(t)
-	c := mustDirect(t, db, "alice", "bob")
-	var other []history.Result
-	res, err := db.commit(ctx, []history.Draft{historytest.Draft(c.ID, "alice", "k", "the same"), historytest.Draft(c.ID, "alice", "k2", "also mine")},
-		&commitHooks{afterRead: func(ctx context.Context) {
-			if other == nil {
-				other = historytest.MustCommit(t, db, historytest.Draft(c.ID, "alice", "k", "the same"))
+	for _, tc := range []struct {
+		name, theirs string
+		dup          bool
+	}{{"a resend", "mine", true}, {"another body", "theirs", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			db := newDB(t)
+			c := mustDirect(t, db, "alice", "bob")
+			var other []history.Result
+			res, err := db.commit(ctx, []history.Draft{historytest.Draft(c.ID, "alice", "k", "mine"), historytest.Draft(c.ID, "alice", "k2", "also mine")},
+				&commitHooks{afterRead: func(ctx context.Context) {
+					if other == nil {
+						other = historytest.MustCommit(t, db, historytest.Draft(c.ID, "alice", "k", tc.theirs))
+					}
+				}})
+			if err != nil {
+				t.Fatal(err)
 			}
-		}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !res[0].Duplicate || res[0].Message.ID != other[0].Message.ID || !res[0].Message.SentAt.Equal(other[0].Message.SentAt) {
-		t.Errorf("result = %+v, want a duplicate of %+v", res[0], other[0].Message)
-	}
-	if res[1].Duplicate || res[1].Err != nil || len(res[1].Deliveries) != 2 {
-		t.Errorf("second draft = %+v, want committed", res[1])
-	}
-	if got := historytest.PageAll(t, db, c.ID, "", 10); len(got) != 2 {
-		t.Errorf("history holds %d messages, want 2", len(got))
+			switch {
+			case tc.dup && (!res[0].Duplicate || res[0].Message.ID != other[0].Message.ID || !res[0].Message.SentAt.Equal(other[0].Message.SentAt)):
+				t.Errorf("result = %+v, want a duplicate of %+v", res[0], other[0].Message)
+			case !tc.dup && (!errors.Is(res[0].Err, history.ErrInvalid) || res[0].Duplicate):
+				t.Errorf("result = %+v, want ErrInvalid", res[0])
+			}
+			if res[1].Duplicate || res[1].Err != nil || len(res[1].Deliveries) != 2 {
+				t.Errorf("second draft = %+v, want committed", res[1])
+			}
+			if got := historytest.PageAll(t, db, c.ID, "", 10); len(got) != 2 || got[0].Body != tc.theirs {
+				t.Errorf("history = %+v, want the other's message and the second draft", got)
+			}
+		})
 	}
 }
 

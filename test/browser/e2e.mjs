@@ -94,6 +94,10 @@ async function createChat(page, kind, members, title = '') {
   await page.fill('#new-members', members.join(', '));
   await page.fill('#new-title', title);
   await page.click(kind === 'direct' ? '#new-direct' : '#new-group');
+  // The page clears the form and opens the new chat in one go once the
+  // server answered: before that, aria-current may still name the chat
+  // that was open (seen in CI: a group's id read as the direct chat's).
+  await page.waitForFunction(() => document.querySelector('#new-members').value === '', null, { timeout: WAIT });
   await page.waitForSelector('.chat-item[aria-current="true"]', { timeout: WAIT });
   return page.getAttribute('.chat-item[aria-current="true"]', 'data-chat-id');
 }

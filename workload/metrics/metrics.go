@@ -59,7 +59,19 @@ type Metrics struct {
 	connections  prometheus.Counter
 	reconnects   prometheus.Counter
 	readReceipts prometheus.Counter
+	readFailed   *prometheus.CounterVec
 }
+
+// Reasons of tetra_read_receipts_failed_total.
+const (
+	// ReasonInvalid: the store refused the receipt (a rule it breaks); the
+	// other receipts of its batch were saved.
+	ReasonInvalid = "invalid"
+	// ReasonUnavailable: the store failed; the receipt's batch was dropped.
+	ReasonUnavailable = "unavailable"
+	// ReasonOverloaded: the read-receipt queue was full; never queued.
+	ReasonOverloaded = "overloaded"
+)
 
 // New builds the metrics with a scrape-time snapshot source.
 func New(snapshot func(ctx context.Context) (Snapshot, error)) *Metrics {
@@ -81,8 +93,9 @@ func New(snapshot func(ctx context.Context) (Snapshot, error)) *Metrics {
 	m.connections = prometheus.NewCounter(prometheus.CounterOpts{Name: "tetra_connections_opened_total", Help: "WebSocket connections that completed hello."})
 	m.reconnects = prometheus.NewCounter(prometheus.CounterOpts{Name: "tetra_reconnects_total", Help: "Connections of a (user, device) this process had seen connected before."})
 	m.readReceipts = prometheus.NewCounter(prometheus.CounterOpts{Name: "tetra_read_receipts_total", Help: "Read receipts saved."})
+	m.readFailed = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tetra_read_receipts_failed_total", Help: "Read receipts dropped (their sender got an error frame), by reason: invalid (refused by the store; the rest of the batch was saved), unavailable (the store failed), overloaded (the queue was full)."}, []string{"reason"})
 	for _, c := range []prometheus.Collector{m.accepted, m.duplicates, m.shed, m.acceptLat, m.deliveryLat, m.batchSize, m.commitDur,
-		m.commitFail, m.connections, m.reconnects, m.readReceipts} {
+		m.commitFail, m.connections, m.reconnects, m.readReceipts, m.readFailed} {
 		f(c)
 	}
 	// Every label value the docs list exists from the start, at 0, so a
@@ -90,6 +103,9 @@ func New(snapshot func(ctx context.Context) (Snapshot, error)) *Metrics {
 	// not a quiet server. The codes are PROTOCOL.md §3's send errors.
 	for _, code := range []string{"invalid", "forbidden", "not_found", "too_large", "rate_limited", "credit_exhausted", "overloaded"} {
 		m.shed.WithLabelValues(code)
+	}
+	for _, r := range []string{ReasonInvalid, ReasonUnavailable, ReasonOverloaded} {
+		m.readFailed.WithLabelValues(r)
 	}
 	for _, path := range []string{"fast", "poll"} {
 		m.deliveryLat.WithLabelValues(path)
@@ -146,6 +162,10 @@ func (m *Metrics) Connection(reconnect bool) {
 
 // ReadReceipts records n saved read receipts.
 func (m *Metrics) ReadReceipts(n int) { m.readReceipts.Add(float64(n)) }
+
+// ReadReceiptFailed records one dropped read receipt; reason is
+// ReasonInvalid, ReasonUnavailable or ReasonOverloaded.
+func (m *Metrics) ReadReceiptFailed(reason string) { m.readFailed.WithLabelValues(reason).Inc() }
 
 var (
 	dConnected    = prometheus.NewDesc("tetra_connected_clients", "WebSocket connections registered for live delivery.", nil, nil)

@@ -288,15 +288,25 @@ func TestE2EIdempotentSend(t *testing.T) {
 
 		first := alice.sendOK(chat.ChatID, "dup-1", "one")
 		again := alice.sendOK(chat.ChatID, "dup-1", "one")
-		changed := alice.sendOK(chat.ChatID, "dup-1", "a different body")
-		for _, f := range []frame{again, changed} {
-			if f.MessageID != first.MessageID || f.ChatID != chat.ChatID {
-				t.Errorf("repeat of dup-1 answered %s, want messageId %s", f, first.MessageID)
-			}
-			if f.SentAt != first.SentAt {
-				t.Errorf("repeat of dup-1 has sentAt %s, the original %s", f.SentAt, first.SentAt)
-			}
+		if again.MessageID != first.MessageID || again.ChatID != chat.ChatID {
+			t.Errorf("repeat of dup-1 answered %s, want messageId %s", again, first.MessageID)
 		}
+		if again.SentAt != first.SentAt {
+			t.Errorf("repeat of dup-1 has sentAt %s, the original %s", again.SentAt, first.SentAt)
+		}
+		// The key with another body, or for another chat, is refused and
+		// stores nothing (§3: an idempotency key names one message).
+		// Before, both were answered accepted with the original messageId
+		// and carol, the other chat's member, got nothing (issue 13, point
+		// 3).
+		alice.sendErr(chat.ChatID, "dup-1", "a different body", "invalid")
+		other := e.createDirect("alice", "carol")
+		carol := e.dial("carol", dialOpts{})
+		alice.sendErr(other.ChatID, "dup-1", "one", "invalid")
+		if got := e.history("carol", other.ChatID, ""); len(got) != 0 {
+			t.Errorf("carol's chat holds %v, want nothing", ids(got))
+		}
+		carol.expectNone("a message for a reused key", isType("message"), quiet)
 
 		// Three copies pipelined: they may share one commit batch.
 		for range 3 {

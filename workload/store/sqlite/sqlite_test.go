@@ -261,7 +261,7 @@ func TestReopenKeepsDataAndPositions(t *testing.T) {
 		t.Errorf("Page after reopen = %+v, %v", msgs, err)
 	}
 	// The idempotency key survives too.
-	dup := historytest.MustCommit(t, db, historytest.Draft(g.ID, "alice", "1", "again"))[0]
+	dup := historytest.MustCommit(t, db, historytest.Draft(g.ID, "alice", "1", "one"))[0]
 	if !dup.Duplicate || dup.Message.ID != res[0].Message.ID {
 		t.Errorf("resend after reopen = %+v, want the original", dup)
 	}

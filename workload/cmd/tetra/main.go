@@ -245,15 +245,20 @@ func token(args []string, stdout, stderr io.Writer) error {
 	user := fs.String("user", "", "user id (the token's sub); required")
 	dataDir := fs.String("data", "./data", "data directory whose persisted secret signs the token (ignored when TETRA_JWT_SECRET is set)")
 	ttl := fs.Duration("ttl", 0, "token lifetime (0: no exp)")
-	admin := fs.Bool("admin", false, "mint an admin token (for /admin endpoints) instead of a user token")
+	admin := fs.Bool("admin", false, "mint an admin token (for /admin endpoints) instead of a user token; refused with --user")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if err := envDefaults(fs); err != nil {
 		return err
 	}
-	if *user == "" && !*admin {
+	switch {
+	case *user == "" && !*admin:
 		return errors.New("--user is required (or --admin)")
+	case *user != "" && *admin:
+		// An admin token has no user (its sub is fixed): refuse rather than
+		// print a token that is not what --user asked for.
+		return fmt.Errorf("--admin and --user %q (or TETRA_USER) cannot be used together: an admin token has no user; drop one", *user)
 	}
 	if *ttl < 0 {
 		return fmt.Errorf("--ttl must be >= 0 (0: no expiry), got %v", *ttl)

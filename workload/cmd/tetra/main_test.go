@@ -46,3 +46,36 @@ func TestTokenPrintsOnlyTheToken(t *testing.T) {
 		t.Fatalf("stdout is not exactly one JWT line: %q", out.String())
 	}
 }
+
+// An admin token has no user: --admin with --user (or TETRA_USER) is
+// refused naming both, and prints no token (issue 13, point 7). Before, the
+// --user was silently ignored and an admin token printed.
+func TestTokenRefusesAdminWithUser(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name string
+		args []string
+		env  string
+	}{
+		{"flag", []string{"token", "--admin", "--user", "x", "--data", dir}, ""},
+		{"environment", []string{"token", "--admin", "--data", dir}, "x"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.env != "" {
+				t.Setenv("TETRA_USER", tc.env)
+			}
+			var out, errb bytes.Buffer
+			code := run(tc.args, &out, &errb)
+			if code == 0 || out.Len() != 0 {
+				t.Fatalf("exit %d, stdout %q: want refused, no token", code, out.String())
+			}
+			if msg := errb.String(); !strings.Contains(msg, "--admin") || !strings.Contains(msg, "--user") {
+				t.Errorf("the error does not name --admin and --user: %q", msg)
+			}
+		})
+	}
+	var out, errb bytes.Buffer
+	if code := run([]string{"token", "--admin", "--data", dir}, &out, &errb); code != 0 || strings.Count(out.String(), ".") != 2 {
+		t.Errorf("--admin alone: exit %d, stdout %q, stderr %q", code, out.String(), errb.String())
+	}
+}

@@ -190,36 +190,8 @@ func serverFlags(fs *flag.FlagSet, listen bool) func() (server.Config, error) {
 }
 
 func serve(args []string, stderr io.Writer) error {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = usageWithEnv(fs, "tetra serve [flags]   (TETRA_JWT_SECRET: token secret, env only)", "demo")
-	build := serverFlags(fs, true)
-	logFormat := fs.String("log-format", "text", "log format: text or json")
-	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
-	demo := fs.Bool("demo", false, "demo mode: the web page signs in as alice, bob or carol (POST /demo/token mints tokens for anyone);\n"+
-		"embedded default only, refused with TETRA_JWT_SECRET; command line only (no environment variable)")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	demoGiven := *demo // --demo is never taken from the environment
-	if err := envDefaults(fs); err != nil {
-		return err
-	}
-	*demo = demoGiven
-	log, err := newLogger(*logFormat, *logLevel, stderr)
+	cfg, log, err := serveConfig(args, stderr)
 	if err != nil {
-		return err
-	}
-	cfg, err := build()
-	if err != nil {
-		return err
-	}
-	cfg.Logger = log
-	cfg.Demo = *demo
-	if _, ok := os.LookupEnv("TETRA_DEMO"); ok {
-		log.Warn("TETRA_DEMO is ignored: the demo is turned on by the --demo flag only")
-	}
-	if err := cfg.CheckDemo(); err != nil {
 		return err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -236,6 +208,44 @@ func serve(args []string, stderr io.Writer) error {
 	sctx, cancel := context.WithTimeout(context.Background(), 25*time.Second)
 	defer cancel()
 	return srv.Shutdown(sctx)
+}
+
+// serveConfig parses serve's flags and environment into the server's
+// configuration and its logger (Config.Logger); it starts nothing.
+func serveConfig(args []string, stderr io.Writer) (server.Config, *slog.Logger, error) {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = usageWithEnv(fs, "tetra serve [flags]   (TETRA_JWT_SECRET: token secret, env only)", "demo")
+	build := serverFlags(fs, true)
+	logFormat := fs.String("log-format", "text", "log format: text or json")
+	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
+	demo := fs.Bool("demo", false, "demo mode: the web page signs in as alice, bob or carol (POST /demo/token mints tokens for anyone);\n"+
+		"embedded default only, refused with TETRA_JWT_SECRET; command line only (no environment variable)")
+	if err := fs.Parse(args); err != nil {
+		return server.Config{}, nil, err
+	}
+	demoGiven := *demo // --demo is never taken from the environment
+	if err := envDefaults(fs); err != nil {
+		return server.Config{}, nil, err
+	}
+	*demo = demoGiven
+	log, err := newLogger(*logFormat, *logLevel, stderr)
+	if err != nil {
+		return server.Config{}, nil, err
+	}
+	cfg, err := build()
+	if err != nil {
+		return server.Config{}, nil, err
+	}
+	cfg.Logger = log
+	cfg.Demo = *demo
+	if _, ok := os.LookupEnv("TETRA_DEMO"); ok {
+		log.Warn("TETRA_DEMO is ignored: the demo is turned on by the --demo flag only")
+	}
+	if err := cfg.CheckDemo(); err != nil {
+		return server.Config{}, nil, err
+	}
+	return cfg, log, nil
 }
 
 func token(args []string, stdout, stderr io.Writer) error {

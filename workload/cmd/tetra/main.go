@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"slices"
@@ -220,9 +221,15 @@ func serveConfig(args []string, stderr io.Writer) (server.Config, *slog.Logger, 
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	demo := fs.Bool("demo", false, "demo mode: the web page signs in as alice, bob or carol (POST /demo/token mints tokens for anyone);\n"+
-		"embedded default only, refused with TETRA_JWT_SECRET; command line only (no environment variable)")
+		"embedded default only, refused with TETRA_JWT_SECRET; listens on "+demoAddr(server.DefaultConfig().Addr)+" (loopback only)\n"+
+		"unless --addr or TETRA_ADDR says otherwise; command line only (no environment variable)")
 	if err := fs.Parse(args); err != nil {
 		return server.Config{}, nil, err
+	}
+	addrGiven := false
+	fs.Visit(func(f *flag.Flag) { addrGiven = addrGiven || f.Name == "addr" })
+	if _, ok := os.LookupEnv(envName("addr")); ok {
+		addrGiven = true
 	}
 	demoGiven := *demo // --demo is never taken from the environment
 	if err := envDefaults(fs); err != nil {
@@ -239,6 +246,12 @@ func serveConfig(args []string, stderr io.Writer) (server.Config, *slog.Logger, 
 	}
 	cfg.Logger = log
 	cfg.Demo = *demo
+	if cfg.Demo && !addrGiven {
+		// The demo mints tokens for anyone who can reach it: by default
+		// only this machine can.
+		cfg.Addr = demoAddr(cfg.Addr)
+		log.Warn("demo mode listens on loopback only; give --addr (for example --addr :8080) to listen on other interfaces", "addr", cfg.Addr)
+	}
 	if _, ok := os.LookupEnv("TETRA_DEMO"); ok {
 		log.Warn("TETRA_DEMO is ignored: the demo is turned on by the --demo flag only")
 	}
@@ -246,6 +259,17 @@ func serveConfig(args []string, stderr io.Writer) (server.Config, *slog.Logger, 
 		return server.Config{}, nil, err
 	}
 	return cfg, log, nil
+}
+
+// demoAddr is addr with its host replaced by the IPv4 loopback address
+// (":8080" -> "127.0.0.1:8080"), where serve --demo listens unless an
+// address is given.
+func demoAddr(addr string) string {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		port = "8080"
+	}
+	return net.JoinHostPort("127.0.0.1", port)
 }
 
 func token(args []string, stdout, stderr io.Writer) error {

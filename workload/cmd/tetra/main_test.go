@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"io"
 	"strings"
 	"testing"
 )
@@ -77,5 +78,46 @@ func TestTokenRefusesAdminWithUser(t *testing.T) {
 	var out, errb bytes.Buffer
 	if code := run([]string{"token", "--admin", "--data", dir}, &out, &errb); code != 0 || strings.Count(out.String(), ".") != 2 {
 		t.Errorf("--admin alone: exit %d, stdout %q, stderr %q", code, out.String(), errb.String())
+	}
+}
+
+// serve --demo mints tokens for anyone who asks, so without an explicit
+// address it listens on loopback only and says so; an explicit --addr (or
+// TETRA_ADDR) is kept, and without --demo the default stays all interfaces
+// (issue 13, point 7). Before, --demo listened on :8080.
+func TestServeDemoDefaultsToLoopback(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		args     []string
+		env      string
+		want     string
+		loopback bool // the log says the demo listens on loopback
+	}{
+		{"demo", []string{"--demo"}, "", "127.0.0.1:8080", true},
+		{"demo with --addr", []string{"--demo", "--addr", ":9000"}, "", ":9000", false},
+		{"demo with TETRA_ADDR", []string{"--demo"}, "0.0.0.0:9001", "0.0.0.0:9001", false},
+		{"no demo", nil, "", ":8080", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.env != "" {
+				t.Setenv("TETRA_ADDR", tc.env)
+			}
+			var errb bytes.Buffer
+			cfg, _, err := serveConfig(append([]string{"--data", t.TempDir()}, tc.args...), &errb)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cfg.Addr != tc.want {
+				t.Errorf("listen address %q, want %q", cfg.Addr, tc.want)
+			}
+			if said := strings.Contains(errb.String(), "loopback"); said != tc.loopback {
+				t.Errorf("log says loopback: %v, want %v:\n%s", said, tc.loopback, errb.String())
+			}
+		})
+	}
+	var errb bytes.Buffer
+	run([]string{"serve", "-h"}, io.Discard, &errb)
+	if !strings.Contains(errb.String(), "127.0.0.1") {
+		t.Errorf("serve -h does not say where --demo listens:\n%s", errb.String())
 	}
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/tetra-messenger/tetra/workload/auth"
 	"github.com/tetra-messenger/tetra/workload/server"
+	redisidx "github.com/tetra-messenger/tetra/workload/waterline/redis"
 )
 
 func main() {
@@ -55,6 +56,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
+	}
+	if errors.Is(err, errLogged) {
+		return 1
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "tetra %s: %v\n", args[0], err)
@@ -195,21 +199,35 @@ func serve(args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// Everything the process logs goes through log, in its format: the
+	// standard library's log package (slog.SetDefault routes it) and
+	// go-redis, which would otherwise print plain text on stderr.
+	slog.SetDefault(log)
+	redisidx.SetLibraryLogger(log)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	srv, err := server.New(ctx, cfg)
-	if err != nil {
-		return err
+	if err == nil {
+		err = srv.Start(ctx)
 	}
-	if err := srv.Start(ctx); err != nil {
-		return err
+	if err != nil {
+		log.Error("tetra serve: cannot start", "err", err)
+		return errLogged
 	}
 	<-ctx.Done()
 	log.Info("shutting down")
 	sctx, cancel := context.WithTimeout(context.Background(), 25*time.Second)
 	defer cancel()
-	return srv.Shutdown(sctx)
+	if err := srv.Shutdown(sctx); err != nil {
+		log.Error("tetra serve: shutdown", "err", err)
+		return errLogged
+	}
+	return nil
 }
+
+// errLogged is returned by a command that has logged its error already (in
+// the log format asked for): run exits 1 without printing it again.
+var errLogged = errors.New("logged")
 
 // serveConfig parses serve's flags and environment into the server's
 // configuration and its logger (Config.Logger); it starts nothing.

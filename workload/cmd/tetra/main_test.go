@@ -2,9 +2,15 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
+	"fmt"
 	"io"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/tetra-messenger/tetra/internal/testenv"
 )
 
 // Unreachable stores at start: exit non-zero with an error naming which and
@@ -119,5 +125,50 @@ func TestServeDemoDefaultsToLoopback(t *testing.T) {
 	run([]string{"serve", "-h"}, io.Discard, &errb)
 	if !strings.Contains(errb.String(), "127.0.0.1") {
 		t.Errorf("serve -h does not say where --demo listens:\n%s", errb.String())
+	}
+}
+
+// runMainEnv makes the test binary run `tetra` itself (TestMain) with the
+// arguments it holds, separated by U+001F, so a test can watch the real
+// process's stderr: libraries that print on os.Stderr by themselves write
+// there, not to run's writer.
+const runMainEnv = "TETRA_TEST_RUN_MAIN"
+
+func TestMain(m *testing.M) {
+	if args, ok := os.LookupEnv(runMainEnv); ok {
+		os.Exit(run(strings.Split(args, "\x1f"), os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+// With --log-format json every line on stderr is one JSON object, the
+// libraries' own included: go-redis printed "redis: 2026/12/01 ...
+// pool.go:770: redis: connection pool: failed to dial ..." in plain text
+// while its Redis was unreachable, and the final error was plain text too
+// (issue 13, point 7).
+func TestServeJSONLogsAreAllJSON(t *testing.T) {
+	args := []string{"serve", "--addr", "127.0.0.1:0", "--data", t.TempDir(), "--log-format", "json",
+		"--index", "redis://" + testenv.FreeAddr(t) + "/0"}
+	cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), runMainEnv+"="+strings.Join(args, "\x1f"))
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err == nil {
+		t.Fatal("serve with an unreachable Redis exited 0")
+	}
+	lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
+	sawRedis, sawExit := false, false
+	for _, l := range lines {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(l), &rec); err != nil {
+			t.Errorf("not a JSON line: %q", l)
+			continue
+		}
+		msg, _ := rec["msg"].(string)
+		sawRedis = sawRedis || strings.Contains(msg, "connection pool")
+		sawExit = sawExit || (rec["level"] == "ERROR" && strings.Contains(fmt.Sprint(rec["err"]), "Redis index unreachable"))
+	}
+	if !sawRedis || !sawExit {
+		t.Errorf("want go-redis's dial failure and the exit error among the JSON lines (saw %v, %v):\n%s", sawRedis, sawExit, stderr.String())
 	}
 }

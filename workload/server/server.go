@@ -229,6 +229,7 @@ type Server struct {
 	stopErr  error
 
 	tuningReloads atomic.Int64
+	tuningUnknown string // the unknown tuning file names last warned about (tuning.go)
 
 	commits commitHealth // recent group-commit outcomes, for /readyz
 }
@@ -548,8 +549,7 @@ func (s *Server) Start(ctx context.Context) error {
 	s.bg.Add(1)
 	go s.retentionLoop(bgctx)
 	if s.cfg.TuningDir != "" {
-		s.bg.Add(1)
-		go s.watchTuning(bgctx)
+		s.startTuningWatch(bgctx)
 	}
 
 	ln, err := net.Listen("tcp", s.cfg.Addr)

@@ -53,8 +53,12 @@ func clientMessage(err error) string {
 // statusOf maps a contract code to the HTTP status of PROTOCOL.md §2.
 func statusOf(code string) int {
 	switch code {
-	case protocol.CodeInvalid, protocol.CodeTooLarge:
+	case protocol.CodeInvalid:
 		return http.StatusBadRequest
+	case protocol.CodeTooLarge:
+		return http.StatusRequestEntityTooLarge
+	case codeMethodNotAllowed:
+		return http.StatusMethodNotAllowed
 	case protocol.CodeUnauthorized:
 		return http.StatusUnauthorized
 	case protocol.CodeForbidden:

@@ -129,7 +129,7 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
 func validUserIDs(ids []string) error {
 	for _, id := range ids {
 		if err := auth.ValidUser(id); err != nil {
-			return fmt.Errorf("members: %v", err)
+			return fmt.Errorf("members: %s", clientMessage(err))
 		}
 	}
 	return nil
@@ -231,7 +231,7 @@ func (s *Server) handleAddMember(w http.ResponseWriter, r *http.Request, user st
 		return
 	}
 	if err := auth.ValidUser(req.UserID); err != nil {
-		writeError(w, protocol.CodeInvalid, "userId: "+err.Error())
+		writeError(w, protocol.CodeInvalid, "userId: "+clientMessage(err))
 		return
 	}
 	chat, err := s.store.AddMember(r.Context(), chatID, user, req.UserID)

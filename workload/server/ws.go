@@ -529,16 +529,8 @@ func (c *session) handleSend(m *protocol.Send, credits, perSecond int) {
 func (c *session) handleRead(ctx context.Context, r *protocol.Read) {
 	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	ok, err := c.srv.chats.isMember(rctx, r.ChatID, c.user)
-	switch {
-	case errors.Is(err, history.ErrNotFound):
-		c.sendError("", protocol.CodeNotFound, "no such chat")
-		return
-	case err != nil:
-		c.sendError("", protocol.CodeOverloaded, "read receipt not stored")
-		return
-	case !ok:
-		c.sendError("", protocol.CodeForbidden, "not a member of this chat")
+	if _, code, msg := c.srv.readTarget(rctx, c.user, r.ChatID, r.MessageID); code != "" {
+		c.sendError("", code, msg)
 		return
 	}
 	rr := history.Read{ChatID: r.ChatID, UserID: c.user, MessageID: r.MessageID, At: time.Now().UTC()}

@@ -18,7 +18,7 @@ var Keys = []string{
 	"lease", "maxDeliveryAttempts", "maxPending", "pendingTimeout", "reconnectGrace",
 	"pingInterval", "pingTimeout", "gcGrace", "gcInterval",
 	"outboxRetention", "historyRetention", "pollInterval", "pollBatch",
-	"maxBodyBytes", "maxInFlightSends", "sendsPerSecond",
+	"maxBodyBytes", "maxInFlightSends", "sendsPerSecond", "fanoutPerSecond",
 }
 
 func (t *Tuning) fields() map[string]any {
@@ -29,6 +29,7 @@ func (t *Tuning) fields() map[string]any {
 		"gcGrace": &t.GCGrace, "gcInterval": &t.GCInterval, "outboxRetention": &t.OutboxRetention,
 		"historyRetention": &t.HistoryRetention, "pollInterval": &t.PollInterval, "pollBatch": &t.PollBatch,
 		"maxBodyBytes": &t.MaxBodyBytes, "maxInFlightSends": &t.MaxInFlightSends, "sendsPerSecond": &t.SendsPerSecond,
+		"fanoutPerSecond": &t.FanoutPerSecond,
 	}
 }
 

@@ -65,6 +65,11 @@ type Limits struct {
 	// most message frames the server keeps unacknowledged on this
 	// connection; more are sent as acks free the window.
 	MaxPending int `json:"maxPending"`
+	// FanoutPerSecond is the user's budget of outbox rows per second, an
+	// addition to PROTOCOL.md §3: a send costs one row per member of its
+	// chat; one over the budget is answered rate_limited
+	// (config.Tuning.FanoutPerSecond).
+	FanoutPerSecond int `json:"fanoutPerSecond"`
 }
 
 // Hello is the first frame the server sends on every connection.

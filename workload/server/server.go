@@ -221,6 +221,7 @@ type Server struct {
 	connMu   sync.Mutex
 	conns    int
 	perUser  map[string]int
+	fanout   fanoutBudgets // each user's outbox rows per second (fanout.go)
 	sessions sync.WaitGroup
 
 	bg       sync.WaitGroup
@@ -712,10 +713,11 @@ func (s *Server) broadcastReads(reads []history.Read) {
 // (there is no removal), so a cached member list can only lack members
 // added since; it never grants access that does not exist.
 type chatCache struct {
-	store history.Store
-	ttl   time.Duration
-	mu    sync.Mutex
-	m     map[string]cachedChat
+	store     history.Store
+	ttl       time.Duration
+	mu        sync.Mutex
+	m         map[string]cachedChat
+	downUntil time.Time // a member lookup failed: size fails at once until then (fanout.go)
 }
 
 type cachedChat struct {

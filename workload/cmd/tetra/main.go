@@ -171,6 +171,7 @@ func serverFlags(fs *flag.FlagSet, listen bool) func() (server.Config, error) {
 	fs.IntVar(&t.MaxBodyBytes, "max-body", t.MaxBodyBytes, "largest message body in bytes")
 	fs.IntVar(&t.MaxInFlightSends, "max-inflight", t.MaxInFlightSends, "per-connection credits: sends awaiting an answer")
 	fs.IntVar(&t.SendsPerSecond, "send-rate", t.SendsPerSecond, "per-connection sends per second")
+	fs.IntVar(&t.FanoutPerSecond, "fanout-rate", t.FanoutPerSecond, "per-user outbox rows per second: a send costs one per member of its chat; over it, rate_limited")
 	fs.IntVar(&cfg.Ingest.QueueSize, "inbound-queue", 8000, "inbound queue; beyond it sends are shed as overloaded")
 	fs.IntVar(&cfg.Ingest.BatchSize, "commit-batch", 36, "group commit: messages per transaction")
 	fs.DurationVar(&cfg.Ingest.BatchWait, "commit-wait", 5*time.Millisecond, "group commit: longest wait to fill a batch")

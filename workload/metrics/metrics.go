@@ -60,6 +60,7 @@ type Metrics struct {
 	reconnects   prometheus.Counter
 	readReceipts prometheus.Counter
 	readFailed   *prometheus.CounterVec
+	x            extra // http.go
 }
 
 // Reasons of tetra_read_receipts_failed_total.
@@ -115,6 +116,7 @@ func New(snapshot func(ctx context.Context) (Snapshot, error)) *Metrics {
 	for _, path := range []string{"fast", "poll"} {
 		m.deliveryLat.WithLabelValues(path)
 	}
+	m.x = newExtra(reg)
 	f(collectors.NewGoCollector())
 	f(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	f(&scrape{snapshot: snapshot})

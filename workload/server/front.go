@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/tetra-messenger/tetra/workload/metrics"
 	"github.com/tetra-messenger/tetra/workload/protocol"
 )
 
@@ -11,18 +12,24 @@ import (
 // unauthorized and unavailable): the path exists, the method does not.
 const codeMethodNotAllowed = "method_not_allowed"
 
-// front is the outermost HTTP handler: it serves mux (behind recoverer) and
+// front is the outermost HTTP handler: it serves mux (behind recoverer),
 // gives the answers ServeMux makes itself, when no pattern matches, the
 // contract's error shape {"error":{"code","message"}} (PROTOCOL.md §2):
 // 404 not_found, or 405 method_not_allowed with the Allow header ServeMux
-// computed from the patterns that match the path with another method.
+// computed from the patterns that match the path with another method; and
+// counts every response by the pattern that served it and its status
+// (tetra_http_responses_total: the pattern, not the path, so the label
+// values are as few as the routes).
 func (s *Server) front(mux *http.ServeMux) http.Handler {
 	inner := recoverer(s, mux)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		fw := &frontWriter{ResponseWriter: w, r: r}
+		fw := &frontWriter{ResponseWriter: w, r: r, m: s.metrics}
 		_, pattern := mux.Handler(r)
 		fw.unmatched = pattern == ""
 		inner.ServeHTTP(fw, r)
+		if fw.status == 0 {
+			fw.count(http.StatusOK) // the handler wrote nothing: net/http answers 200
+		}
 	})
 }
 
@@ -33,6 +40,7 @@ func (s *Server) front(mux *http.ServeMux) http.Handler {
 type frontWriter struct {
 	http.ResponseWriter
 	r         *http.Request
+	m         *metrics.Metrics
 	unmatched bool
 	status    int  // the status written; 0 before the header
 	swallow   bool // ServeMux's own body, replaced by the JSON one
@@ -43,6 +51,7 @@ func (w *frontWriter) WriteHeader(code int) {
 		return
 	}
 	w.status = code
+	w.count(code)
 	if w.unmatched && (code == http.StatusNotFound || code == http.StatusMethodNotAllowed) {
 		w.swallow = true
 		h := w.ResponseWriter.Header()
@@ -57,6 +66,17 @@ func (w *frontWriter) WriteHeader(code int) {
 		return
 	}
 	w.ResponseWriter.WriteHeader(code)
+}
+
+// count records the response under the pattern ServeMux set on the request
+// before calling the handler (a WebSocket upgrade is counted at its 101,
+// not when the connection ends).
+func (w *frontWriter) count(status int) {
+	route := w.r.Pattern
+	if w.unmatched || route == "" {
+		route = metrics.RouteUnmatched
+	}
+	w.m.HTTPResponse(route, status)
 }
 
 func (w *frontWriter) Write(p []byte) (int, error) {

@@ -276,6 +276,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		}
 		return snap, err
 	})
+	s.metrics.SetBuildInfo(s.storeKind, s.outboxKind, s.indexKind)
 	dcfg := cfg.Delivery
 	dcfg.OnDelivered = s.metrics.Delivered
 	s.engine, err = delivery.New(s.outbox, s.index, s.Tuning, dcfg, log)

@@ -295,6 +295,7 @@ func (c *session) writer(ctx context.Context) {
 		case f := <-c.out:
 			if !write(f) {
 				c.Close(int(websocket.StatusGoingAway), "write failed")
+				c.srv.metrics.WebSocketClosed(1006) // dropped without a close frame
 				c.ws.CloseNow()
 				return
 			}
@@ -311,6 +312,9 @@ func (c *session) writer(ctx context.Context) {
 					break flush
 				}
 			}
+			// Counted before the close frame goes, so a client that saw it
+			// finds it counted.
+			c.srv.metrics.WebSocketClosed(int(c.closeCode.Load()))
 			why, _ := c.closeWhy.Load().(string)
 			done := make(chan struct{})
 			go func() {
@@ -391,6 +395,11 @@ func (c *session) reader(ctx context.Context) {
 	for {
 		typ, data, err := c.ws.Read(rctx)
 		if err != nil {
+			if errors.Is(err, websocket.ErrMessageTooBig) {
+				// The library has sent its close frame already; this
+				// records the code.
+				c.Close(protocol.CloseTooBig, "frame over the transport limit")
+			}
 			return
 		}
 		select {

@@ -129,6 +129,13 @@ func TestLint(t *testing.T) {
 	m := New(func(context.Context) (Snapshot, error) {
 		return Snapshot{Relay: &RelaySnapshot{Active: true}, Outbox: []outbox.Stats{{Partition: 0, Depth: 1}}}, nil
 	})
+	lintTetra(t, m)
+}
+
+// lintTetra fails t for every Prometheus lint problem of a tetra_ metric
+// m exposes.
+func lintTetra(t *testing.T, m *Metrics) {
+	t.Helper()
 	problems, err := testutil.GatherAndLint(m.Registry())
 	if err != nil {
 		t.Fatal(err)
@@ -198,13 +205,5 @@ func TestRoutesClosesAndBuild(t *testing.T) {
 	if n := strings.Count(out, "\ntetra_build_info{"); n != 1 {
 		t.Errorf("%d tetra_build_info series, want 1", n)
 	}
-	problems, err := testutil.GatherAndLint(m.Registry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range problems {
-		if strings.HasPrefix(p.Metric, "tetra_") {
-			t.Errorf("%s: %s", p.Metric, p.Text)
-		}
-	}
+	lintTetra(t, m)
 }

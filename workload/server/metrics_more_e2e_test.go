@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
@@ -20,35 +21,7 @@ func TestE2EMetricsRoutesClosesBuild(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
 		e := newEnv(t, b, nil)
 		reg := e.srv.Metrics().Registry()
-		counter := func(metric, labels string) float64 {
-			t.Helper()
-			n, err := testutil.GatherAndCount(reg, metric)
-			if err != nil || n == 0 {
-				t.Fatalf("%s: %d series, %v", metric, n, err)
-			}
-			var out strings.Builder
-			mfs, _ := reg.Gather()
-			for _, mf := range mfs {
-				if mf.GetName() != metric {
-					continue
-				}
-				for _, m := range mf.Metric {
-					var ls []string
-					for _, l := range m.Label {
-						ls = append(ls, fmt.Sprintf("%s=%q", l.GetName(), l.GetValue()))
-					}
-					if strings.Join(ls, ",") == labels {
-						if m.Counter != nil {
-							return m.Counter.GetValue()
-						}
-						return m.Gauge.GetValue()
-					}
-					fmt.Fprintf(&out, "%v\n", ls)
-				}
-			}
-			t.Logf("%s{%s} absent; series:\n%s", metric, labels, out.String())
-			return 0
-		}
+		counter := func(metric, labels string) float64 { return seriesValue(t, reg, metric, labels) }
 		chat := e.createDirect("alice", "bob")
 		other := e.createDirect("alice", "carol")
 		tok := e.token("alice")
@@ -157,4 +130,39 @@ func TestE2EMetricsRoutesClosesBuild(t *testing.T) {
 			t.Errorf("closes with 1001: %v, want at least 1", got)
 		}
 	})
+}
+
+// seriesValue is the value of the series of metric in reg whose labels,
+// written name="value" in the order Gather sorts them (by name) and joined
+// by commas, are labels; 0 when there is none (logged). It fails the test
+// when the metric has no series at all.
+func seriesValue(t testing.TB, reg prometheus.Gatherer, metric, labels string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seen strings.Builder
+	for _, mf := range mfs {
+		if mf.GetName() != metric {
+			continue
+		}
+		for _, m := range mf.Metric {
+			var ls []string
+			for _, l := range m.Label {
+				ls = append(ls, fmt.Sprintf("%s=%q", l.GetName(), l.GetValue()))
+			}
+			if strings.Join(ls, ",") == labels {
+				if m.Counter != nil {
+					return m.Counter.GetValue()
+				}
+				return m.Gauge.GetValue()
+			}
+			fmt.Fprintf(&seen, "%v\n", ls)
+		}
+		t.Logf("%s{%s} absent; series:\n%s", metric, labels, seen.String())
+		return 0
+	}
+	t.Fatalf("no series of %s", metric)
+	return 0
 }

@@ -1,8 +1,6 @@
 package server_test
 
 import (
-	"io"
-	"net/http"
 	"strings"
 	"testing"
 )
@@ -40,25 +38,8 @@ func TestE2EReadReceiptOfNoMessageIsRefused(t *testing.T) {
 		}
 		bob.expectNone("another read receipt", isType("read"), quiet)
 
-		resp, err := http.Get(e.srv.URL() + "/metrics")
-		if err != nil {
-			t.Fatal(err)
-		}
-		raw, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if !strings.Contains(string(raw), `tetra_read_receipts_failed_total{reason="not_found"} 3`) {
-			t.Errorf("metrics lack 3 not_found read receipt failures:\n%s", grepLines(string(raw), "tetra_read_receipts_failed_total"))
+		if got := seriesValue(t, e.srv.Metrics().Registry(), "tetra_read_receipts_failed_total", `reason="not_found"`); got != 3 {
+			t.Errorf("tetra_read_receipts_failed_total{reason=\"not_found\"} = %v, want 3", got)
 		}
 	})
-}
-
-// grepLines returns the lines of s that contain sub.
-func grepLines(s, sub string) string {
-	var out []string
-	for _, l := range strings.Split(s, "\n") {
-		if strings.Contains(l, sub) {
-			out = append(out, l)
-		}
-	}
-	return strings.Join(out, "\n")
 }

@@ -81,7 +81,7 @@ func recoverer(s *Server, next http.Handler) http.Handler {
 }
 
 func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
-	if s.draining.Load() {
+	if s.draining.Load() || s.unready.Load() {
 		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "draining"})
 		return
 	}

@@ -46,8 +46,9 @@ clean:
 
 CONTROLLER_GEN ?= $(GO) run sigs.k8s.io/controller-tools/cmd/controller-gen@v0.23.0
 CHART          ?= charts/tetra-operator
-IMG            ?= ghcr.io/tetra-messenger/tetra:dev
-OPERATOR_IMG   ?= ghcr.io/tetra-messenger/tetra-operator:dev
+VERSION        ?= $(shell sed -n 's/^const Version = "\(.*\)"/\1/p' internal/version/version.go)
+IMG            ?= ghcr.io/tetra-messenger/tetra:$(VERSION)
+OPERATOR_IMG   ?= ghcr.io/tetra-messenger/tetra-operator:$(VERSION)
 CONTAINER_TOOL ?= docker
 
 .PHONY: manifests generate operator run-operator envtest-assets test-operator docker-build docker-build-operator
@@ -65,8 +66,8 @@ generate: ## deepcopy code (api/v1alpha1/zz_generated.deepcopy.go)
 operator: ## build the operator manager into bin/
 	$(GO) build -o bin/manager .
 
-run-operator: ## run the operator against the current kubeconfig
-	$(GO) run . --leader-elect=false
+run-operator: ## run the operator against the current kubeconfig (no leader election by default)
+	$(GO) run .
 
 envtest-assets: ## build (once) kube-apiserver and etcd for envtest; prints the directory
 	@bash hack/envtest-assets.sh

@@ -133,7 +133,7 @@ func TestChartDefaults(t *testing.T) {
 		t.Errorf("image %s", c.Image)
 	}
 	args := strings.Join(c.Args, " ")
-	for _, want := range []string{"--leader-elect=true", "--default-image=ghcr.io/tetra-messenger/tetra:latest", "--redis-poll-interval=10s", "--leader-election-namespace=tetra-system"} {
+	for _, want := range []string{"--leader-elect=true", "--default-image=ghcr.io/tetra-messenger/tetra:0.1.0", "--redis-poll-interval=10s", "--leader-election-namespace=tetra-system"} {
 		if !strings.Contains(args, want) {
 			t.Errorf("args %q lack %q", args, want)
 		}

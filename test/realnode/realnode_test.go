@@ -54,8 +54,8 @@ const (
 
 // node is the running cluster and what the steps share.
 type node struct {
-	t        *testing.T // the current step's
-	root     *testing.T // the whole run's: what outlives a step is cleaned up with it
+	t        *testing.T        // the current step's
+	root     *testing.T        // the whole run's: what outlives a step is cleaned up with it
 	env      map[string]string // from hack/realnode.sh env
 	kubectl  string
 	helm     string

@@ -87,6 +87,7 @@ cmd_deps() {
   command -v socat >/dev/null || need+=(socat)
   command -v openssl >/dev/null || need+=(openssl)
   command -v conntrack >/dev/null || need+=(conntrack)
+  command -v curl >/dev/null || need+=(curl)
   if [ ${#need[@]} -gt 0 ]; then
     log "installing ${need[*]} from Debian"
     apt-get update -qq >&2

@@ -435,6 +435,7 @@ func TestRealNode(t *testing.T) {
 		{"secret-rotation", n.secretRotation},
 		{"redis-failover", n.redisFailover},
 		{"broken-image", n.brokenImage},
+		{"crash-loop", n.crashLoop},
 		{"deletion", n.deletion},
 		{"kustomize", n.kustomize},
 	}
@@ -858,6 +859,39 @@ func (n *node) brokenImage() {
 }
 
 func isReady(p corev1.Pod) bool { return ready(&p) }
+
+// crashLoop: a Messenger whose PostgreSQL cannot be reached crash-loops;
+// Degraded says CrashLooping and quotes the workload's last log line (the
+// termination message), naming the pod.
+func (n *node) crashLoop() {
+	t := n.t
+	y := n.k("create", "secret", "generic", "tetra-postgres-bad", "-n", ns,
+		"--from-literal=url=postgres://postgres@127.0.0.1:1/nothing?sslmode=disable", "--dry-run=client", "-o", "yaml")
+	n.apply(y)
+	t0 := time.Now()
+	n.apply(fmt.Sprintf(`apiVersion: tetra.dev/v1alpha1
+kind: Messenger
+metadata: {name: crashy, namespace: %s}
+spec:
+  replicas: 1
+  postgresql: {secretRef: {name: tetra-postgres-bad}}
+  jwt: {secretRef: {name: tetra-jwt}}
+`, ns))
+	var c metav1.Condition
+	took := waitFor(t, 2*time.Minute, "Degraded CrashLooping", func() (bool, string) {
+		c = cond(n.messenger("crashy"), tetrav1.ConditionDegraded)
+		return c.Status == metav1.ConditionTrue && c.Reason == "CrashLooping", fmt.Sprintf("%+v", c)
+	})
+	n.record("crash loop (PostgreSQL unreachable): Degraded=True CrashLooping %v after the apply: %q", took.Round(100*time.Millisecond), c.Message)
+	_ = t0
+	if !strings.Contains(c.Message, "pod crashy-") || !strings.Contains(c.Message, "PostgreSQL") {
+		t.Errorf("Degraded message %q names no pod or no cause", c.Message)
+	}
+	if r := cond(n.messenger("crashy"), tetrav1.ConditionReady); r.Status != metav1.ConditionFalse {
+		t.Errorf("Ready %+v while crash-looping", r)
+	}
+	n.k("delete", "messenger", "crashy", "-n", ns, "--wait=true", "--timeout=2m")
+}
 
 // deletion: deleting the Messenger garbage-collects its children and pods.
 func (n *node) deletion() {

@@ -432,10 +432,17 @@ func replaceForPrefix(live *appsv1.Deployment, want string) bool {
 		return true
 	}
 	// Same prefix: keep Recreate until the replacement it started is
-	// done (no pod of the old template left).
+	// done. Recreate starts new pods only once every old one is gone, so
+	// the new pods all updated and available means no old pod is left
+	// (not even a terminating one, which would still hold its prefix).
 	st := live.Status
-	return live.Spec.Strategy.Type == appsv1.RecreateDeploymentStrategyType &&
-		(st.ObservedGeneration < live.Generation || st.Replicas != st.UpdatedReplicas)
+	desired := int32(1)
+	if live.Spec.Replicas != nil {
+		desired = *live.Spec.Replicas
+	}
+	done := st.ObservedGeneration >= live.Generation && st.UpdatedReplicas == desired &&
+		st.Replicas == desired && st.AvailableReplicas == desired
+	return live.Spec.Strategy.Type == appsv1.RecreateDeploymentStrategyType && !done
 }
 
 // announceTuning writes hash as the tuning-hash annotation of every

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	goredis "github.com/redis/go-redis/v9"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
@@ -64,7 +65,8 @@ type node struct {
 	jwt      string // the current JWT secret
 	redis    *testenv.Proxy
 	redisA   *redistest.Server
-	pgURL    string // as the pods see it
+	redisB   *redistest.Server // after the failover
+	pgURL    string            // as the pods see it
 	numbers  []string
 	numberMu sync.Mutex
 }
@@ -436,6 +438,7 @@ func TestRealNode(t *testing.T) {
 		{"redis-failover", n.redisFailover},
 		{"broken-image", n.brokenImage},
 		{"crash-loop", n.crashLoop},
+		{"key-prefix", n.keyPrefix},
 		{"deletion", n.deletion},
 		{"kustomize", n.kustomize},
 	}
@@ -771,6 +774,7 @@ func (n *node) redisFailover() {
 		"--clients", "40", "--rate", "100", "--duration", "40s", "--drain", "60s")
 	time.Sleep(10 * time.Second)
 	b := redistest.Start(n.root, 0) // serves the steps after this one too
+	n.redisB = b
 	t0 := time.Now()
 	n.redis.Retarget(b.Addr()) // new connections to b, old ones dropped
 	n.redisA.Stop()
@@ -891,6 +895,63 @@ spec:
 		t.Errorf("Ready %+v while crash-looping", r)
 	}
 	n.k("delete", "messenger", "crashy", "-n", ns, "--wait=true", "--timeout=2m")
+}
+
+// keys lists the Redis keys under prefix on the current server.
+func (n *node) keys(prefix string) []string {
+	n.t.Helper()
+	c := goredis.NewClient(&goredis.Options{Addr: n.redisB.Addr()})
+	defer c.Close()
+	var out []string
+	iter := c.Scan(ctx(), 0, prefix+"*", 1000).Iterator()
+	for iter.Next(ctx()) {
+		out = append(out, iter.Val())
+	}
+	if err := iter.Err(); err != nil {
+		n.t.Fatal(err)
+	}
+	return out
+}
+
+// keyPrefix: a new spec.redis.keyPrefix replaces the pods (Recreate: pods
+// of two prefixes may not share the database, and a rolling update would
+// wait forever for a new pod that refuses to start), then rolling updates
+// again; the keys move to the new prefix, and the old prefix's keys can be
+// selected by a plain SCAN pattern.
+func (n *node) keyPrefix() {
+	t := n.t
+	old := n.messenger("chat").Status.KeyPrefix
+	if len(n.keys(old)) == 0 {
+		t.Fatalf("no Redis key under %q", old)
+	}
+	n.k("patch", "messenger", "chat", "-n", ns, "--type", "merge", "-p", `{"spec":{"redis":{"keyPrefix":"e2e:chat:"}}}`)
+	took, pods := n.waitSettled("chat", "", 4*time.Minute)
+	var dep appsv1.Deployment
+	waitFor(t, time.Minute, "RollingUpdate again", func() (bool, string) {
+		if err := n.c.Get(ctx(), types.NamespacedName{Namespace: ns, Name: "chat"}, &dep); err != nil {
+			return false, err.Error()
+		}
+		return dep.Spec.Strategy.Type == appsv1.RollingUpdateDeploymentStrategyType, string(dep.Spec.Strategy.Type)
+	})
+	n.record("key prefix change: pods replaced and Ready in %v, then RollingUpdate again", took.Round(time.Second))
+	for _, p := range pods {
+		found := false
+		for _, e := range p.Spec.Containers[0].Env {
+			found = found || (e.Name == "TETRA_INDEX_PREFIX" && e.Value == "e2e:chat:")
+		}
+		if !found || p.Status.ContainerStatuses[0].RestartCount != 0 {
+			t.Errorf("pod %s: prefix env %v, restarts %d", p.Name, found, p.Status.ContainerStatuses[0].RestartCount)
+		}
+	}
+	waitFor(t, 30*time.Second, "keys under the new prefix", func() (bool, string) {
+		k := n.keys("e2e:chat:")
+		return len(k) > 0, fmt.Sprint(len(k))
+	})
+	if m := n.messenger("chat"); m.Status.KeyPrefix != "e2e:chat:" {
+		t.Errorf("status.keyPrefix %q", m.Status.KeyPrefix)
+	}
+	rep := n.loadgen("after the prefix change", []string{podURL(pods[0]), podURL(pods[1])}, "--clients", "20", "--rate", "50", "--duration", "5s")
+	n.record("loadgen after the prefix change: accepted %s, lost %s", rep["accepted"], rep["lost"])
 }
 
 // deletion: deleting the Messenger garbage-collects its children and pods.

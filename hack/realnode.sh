@@ -184,6 +184,9 @@ cmd_images() {
       "$REPO" >/dev/null
     log "built $img in $((SECONDS - t0)) s"
   done
+  # The build stages' images are left dangling by every build: drop them
+  # (the persistent Go build cache keeps the next build quick).
+  "${PODMAN[@]}" image prune -f >/dev/null
   cat > "$DIR/images.env" <<EOF
 VERSION=$v
 WORKLOAD_IMAGE=ghcr.io/tetra-messenger/tetra:$v

@@ -7,6 +7,8 @@
 #   hack/realnode.sh images    # build the workload and operator images from the Dockerfile with podman
 #   hack/realnode.sh up        # etcd, kube-apiserver, controller-manager, scheduler, containerd, kubelet, kube-proxy
 #   hack/realnode.sh env       # print KUBECONFIG=... and the addresses the test uses
+#   hack/realnode.sh load IMG [AS]          # copy an image from podman into the node's containerd
+#   hack/realnode.sh relay NAME PORT TARGET # socat on $NODE_IP:PORT to 127.0.0.1:TARGET
 #   hack/realnode.sh down      # stop everything up started and remove what it left
 #
 # Kubernetes binaries and helm come from hack/node-assets.sh, etcd from
@@ -537,5 +539,5 @@ case "${1:-}" in
   load) shift; cmd_load "$@" ;;
   relay) shift; cmd_relay "$@" ;;
   down) cmd_down ;;
-  *) sed -n '2,12p' "$0"; exit 2 ;;
+  *) sed -n '2,14p' "$0"; exit 2 ;;
 esac

@@ -108,7 +108,7 @@ func podProblem(p *corev1.Pod) (problem, bool) {
 					last += ": " + clip(msg)
 				}
 			}
-			return problem{ReasonCrashLooping, fmt.Sprintf("pod %s: container %s is crash-looping (restarted %d times; %s)",
+			return problem{ReasonCrashLooping, fmt.Sprintf("pod %s: container %s is crash-looping (restarts: %d; %s)",
 				p.Name, cs.Name, cs.RestartCount, last)}, true
 		case configErrorReasons[w.Reason]:
 			return problem{ReasonContainerConfigError, fmt.Sprintf("pod %s: container %s cannot start: %s: %s",

@@ -117,7 +117,7 @@ func TestDegradedCrashLoop(t *testing.T) {
 	c := waitCondition(t, ns, "chat", tetrav1.ConditionDegraded, func(c *metav1.Condition) bool {
 		return c.Status == metav1.ConditionTrue && c.Reason == controllers.ReasonCrashLooping
 	})
-	for _, want := range []string{"pod chat-abc-2", "restarted 3 times", "last exit code 1 (Error)", "PostgreSQL store unreachable"} {
+	for _, want := range []string{"pod chat-abc-2", "restarts: 3", "last exit code 1 (Error)", "PostgreSQL store unreachable"} {
 		if !strings.Contains(c.Message, want) {
 			t.Errorf("Degraded message %q lacks %q", c.Message, want)
 		}

@@ -25,6 +25,7 @@ import (
 	"github.com/tetra-messenger/tetra/controllers"
 	"github.com/tetra-messenger/tetra/internal/operator/redistest"
 	"github.com/tetra-messenger/tetra/internal/operator/render"
+	"github.com/tetra-messenger/tetra/workload/config"
 )
 
 const jwtSecret = "0123456789abcdef-test-jwt-secret"
@@ -208,7 +209,7 @@ func TestCreateRendersChildren(t *testing.T) {
 	if !ok {
 		t.Fatal("no tuning ConfigMap")
 	}
-	if cm.Data["maxDeliveryAttempts"] != "3" || cm.Data["lease"] != "10s" || cm.Data["outboxRetention"] != "26h0m0s" || len(cm.Data) != 15 {
+	if cm.Data["maxDeliveryAttempts"] != "3" || cm.Data["lease"] != "10s" || cm.Data["outboxRetention"] != "26h0m0s" || len(cm.Data) != len(config.Keys) {
 		t.Errorf("tuning %v", cm.Data)
 	}
 	c := d.Spec.Template.Spec.Containers[0]

@@ -9,7 +9,7 @@
 # Needs PostgreSQL (TETRA_BENCH_PG_ADMIN, default postgres://postgres@127.0.0.1:5432/postgres)
 # and Redis (TETRA_BENCH_REDIS, default redis://127.0.0.1:6379/0). Each
 # PostgreSQL run gets a database of its own, dropped afterwards.
-# BENCH_ONLY="sweep-embedded sweep-postgres sweep-misbehaving ladder clients groups replicas"
+# BENCH_ONLY="sweep-embedded sweep-postgres sweep-misbehaving ladder clients groups replicas flow"
 # (any subset, space-separated) runs only those parts.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -42,7 +42,7 @@ run() {
 		echo "# exit: $?"
 		echo "# load after: $(cut -d' ' -f1-3 /proc/loadavg)"
 	} >"$out/$name.txt"
-	grep -E "^(accepted|lost|deliveries/accepted|latency|server|# exit)" "$out/$name.txt" | sed "s/^/$name: /"
+	grep -E "^(accepted|lost|deliveries/accepted|reconnects|latency|withdrawals|index faults|server|# exit)" "$out/$name.txt" | sed "s/^/$name: /"
 }
 
 pg() { # pg NAME ARGS...: run on a fresh PostgreSQL database + Redis
@@ -102,6 +102,21 @@ if part replicas; then
 	echo "== 1, 2, 3 processes on PostgreSQL + Redis, 600 clients pairwise at 2,000 msg/s, 30 s"
 	for n in 1 2 3; do
 		pg "replicas-$n" --replicas "$n" --clients 600 --rate 2000 --duration 30s
+	done
+fi
+if part flow; then
+	echo "== flow control (issue 15): busy groups, groups of 10 at 4,000 msg/s, the index lost under load"
+	# 120 clients in groups of 12; six members of each send pipelined
+	# bursts of 16 (the issue's repro, at scale).
+	run busy-groups-embedded --clients 120 --group-size 12 --senders 6 --window 16 --rate 600 --duration 20s --send-rate 1000
+	pg busy-groups-postgres --clients 120 --group-size 12 --senders 6 --window 16 --rate 600 --duration 20s --send-rate 1000
+	for rate in 2000 4000; do
+		run "groups10-embedded-$rate" --clients 3000 --group-size 10 --rate "$rate" --duration 20s
+		pg "groups10-postgres-$rate" --clients 3000 --group-size 10 --rate "$rate" --duration 20s
+	done
+	# 400 msg/s in pairs; three index faults 8 s apart.
+	for fault in flush restart stale; do
+		pg "index-$fault" --clients 600 --rate 400 --duration 30s --index-fault "$fault" --index-fault-at 5s --index-fault-every 8s
 	done
 fi
 echo "results in $out"

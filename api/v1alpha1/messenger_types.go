@@ -195,13 +195,24 @@ type DeliverySpec struct {
 	// +kubebuilder:validation:Maximum=100
 	// +optional
 	MaxDeliveryAttempts int32 `json:"maxDeliveryAttempts,omitempty"`
-	// MaxPending: a client with more unacknowledged messages than this is
-	// withdrawn. Default 20.
+	// MaxPending is the push window: the most message frames the server
+	// keeps unacknowledged on one connection; more wait in the outbox and
+	// are sent as acknowledgements free the window. Default 20.
 	// +kubebuilder:default=20
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=100000
 	// +optional
 	MaxPending int32 `json:"maxPending,omitempty"`
+	// PendingTimeout: a connection whose full window made no progress (no
+	// acknowledgement) for this long while messages wait is withdrawn
+	// (close 4003). Default 5s.
+	// +kubebuilder:default="5s"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('100ms') && duration(self) <= duration('1h')",message="spec.delivery.pendingTimeout must be between 100ms and 1h"
+	// +optional
+	PendingTimeout *metav1.Duration `json:"pendingTimeout,omitempty"`
 	// ReconnectGrace: the reapers spare connections younger than this.
 	// Default 0s.
 	// +kubebuilder:default="0s"

@@ -19,6 +19,11 @@ func (in *DeliverySpec) DeepCopyInto(out *DeliverySpec) {
 		*out = new(v1.Duration)
 		**out = **in
 	}
+	if in.PendingTimeout != nil {
+		in, out := &in.PendingTimeout, &out.PendingTimeout
+		*out = new(v1.Duration)
+		**out = **in
+	}
 	if in.ReconnectGrace != nil {
 		in, out := &in.ReconnectGrace, &out.ReconnectGrace
 		*out = new(v1.Duration)

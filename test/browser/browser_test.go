@@ -39,7 +39,13 @@ import (
 )
 
 // scenarios are the scenario names of e2e.mjs run by TestBrowser, in order.
-var scenarios = []string{"two_users", "restart", "html_is_text", "unicode", "long_history", "bad_token"}
+var scenarios = []string{"two_users", "restart", "html_is_text", "unicode", "long_history", "bad_token", "token_refresh"}
+
+// scenarioConfig adjusts the server of a scenario.
+var scenarioConfig = map[string]func(*server.Config){
+	// Demo tokens live 4 s: the page must refresh them on its socket.
+	"token_refresh": func(c *server.Config) { c.DemoTokenTTL = 4 * time.Second },
+}
 
 // scenarioTimeout bounds one `node e2e.mjs` run.
 const scenarioTimeout = 4 * time.Minute
@@ -69,7 +75,7 @@ func TestBrowser(t *testing.T) {
 	node, chromium := browserTools(t)
 	for _, name := range scenarios {
 		t.Run(name, func(t *testing.T) {
-			h := newHarness(t, nil)
+			h := newHarness(t, scenarioConfig[name])
 			ctx, cancel := context.WithTimeout(t.Context(), scenarioTimeout)
 			defer cancel()
 			cmd := exec.CommandContext(ctx, node, "e2e.mjs", name)

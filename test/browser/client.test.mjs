@@ -10,11 +10,16 @@ import assert from 'node:assert/strict';
 globalThis.location = { href: 'http://tetra.test/' };
 globalThis.WebSocket = class {
   static OPEN = 1;
+  constructor(url) {
+    dialed.push(new URL(url));
+  }
+  close() {}
 };
+const dialed = []; // URLs of the sockets client.js opened
 globalThis.addEventListener = () => {};
 globalThis.removeEventListener = () => {};
 
-const { Client, State, backoff } = await import('../../workload/web/static/client.js');
+const { Client, State, backoff, refreshDelay, tokenExp } = await import('../../workload/web/static/client.js');
 
 // A token whose sub is alice (the signature is not checked client-side).
 const b64 = (o) => Buffer.from(JSON.stringify(o)).toString('base64url');
@@ -168,4 +173,70 @@ test('backoff doubles, is capped, and is jittered', () => {
       assert.ok(d >= nominal / 2 && d <= nominal, `attempt ${attempt}: ${d}`);
     }
   }
+});
+
+// A token of alice that expires at exp (ms since the epoch).
+const expiring = (exp, sub = 'alice') => `${b64({ alg: 'HS256' })}.${b64({ sub, exp: exp / 1000 })}.sig`;
+const until = async (cond, what) => {
+  for (let i = 0; i < 400 && !cond(); i++) await new Promise((r) => setTimeout(r, 5));
+  assert.ok(cond(), `timed out waiting for ${what}`);
+};
+
+test('refresh is due 30 s before exp, or halfway for a shorter token', () => {
+  const now = 1_000_000;
+  assert.equal(refreshDelay(now + 180_000, now), 150_000);
+  assert.equal(refreshDelay(now + 3_000, now), 1_500);
+  assert.equal(refreshDelay(now - 1, now), 0);
+  assert.equal(tokenExp(expiring(now + 5000)), now + 5000);
+  assert.equal(tokenExp(TOKEN), 0, 'no exp: never refreshed');
+});
+
+test('the token is refreshed on the open socket before exp', async () => {
+  let calls = 0;
+  const next = expiring(Date.now() + 3_600_000);
+  const c = new Client({ token: expiring(Date.now() + 300), device: 'web-test', storage: storage(), refreshToken: async () => (calls++, next) });
+  const tokens = [];
+  c.addEventListener('token', (e) => tokens.push(e.detail.token));
+  c.stopped = false;
+  c.ws = { readyState: 1, send: (s) => sent.push(JSON.parse(s)), close() {} };
+  c.onHello({ type: 'hello', userId: 'alice', limits: { pingIntervalMs: 60000 } }, c.gen, () => Date.now());
+  await until(() => sent.some((f) => f.type === 'refresh'), 'a refresh frame');
+  assert.deepEqual(sent.find((f) => f.type === 'refresh'), { type: 'refresh', token: next });
+  assert.equal(calls, 1, 'one refresh for an hour-long token');
+  assert.equal(c.token, next, 'later calls use the new token');
+  assert.deepEqual(tokens, [next]);
+  c.stop();
+});
+
+test('a refreshed token of another user is refused', async () => {
+  const c = new Client({ token: expiring(Date.now() + 100), device: 'web-test', storage: storage(), refreshToken: async () => expiring(Date.now() + 3_600_000, 'mallory') });
+  c.stopped = false;
+  c.ws = { readyState: 1, send: (s) => sent.push(JSON.parse(s)), close() {} };
+  c.onHello({ type: 'hello', userId: 'alice', limits: { pingIntervalMs: 60000 } }, c.gen, () => Date.now());
+  const mine = c.token;
+  await new Promise((r) => setTimeout(r, 150)); // the refresh was due after ~50 ms
+  assert.ok(!sent.some((f) => f.type === 'refresh'), 'no refresh frame with a foreign token');
+  assert.equal(c.token, mine, 'the foreign token is not used');
+  c.stop();
+});
+
+test('close 4005: a new token before reconnecting, or sign-in again', async () => {
+  const fresh = expiring(Date.now() + 3_600_000);
+  const c = new Client({ token: expiring(Date.now() + 1000), device: 'web-test', storage: storage(), refreshToken: async () => fresh });
+  c.stopped = false;
+  dialed.length = 0;
+  c.onClose(4005, 'token expired', true);
+  clearTimeout(c.timer);
+  c.connect();
+  await until(() => dialed.length > 0, 'a reconnect');
+  assert.equal(dialed[0].searchParams.get('token'), fresh, 'the reconnect dials with the new token');
+  c.stop();
+
+  const lone = new Client({ token: expiring(Date.now() + 1000), device: 'web-test', storage: storage() });
+  let why = null;
+  lone.addEventListener('unauthorized', (e) => (why = e.detail));
+  lone.stopped = false;
+  lone.onClose(4005, 'token expired', true);
+  assert.deepEqual(why, { expired: true });
+  assert.equal(lone.stopped, true, 'no reconnect with an expired token and no way to renew it');
 });

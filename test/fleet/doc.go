@@ -12,6 +12,11 @@
 //     process reaps it while it is stopped; on SIGCONT it learns at its next
 //     heartbeat that it was reaped, closes its sockets with 1001, its
 //     clients recover from history, and it keeps serving new connections.
+//   - SIGKILL and restart in place (the same --index-owner, as a pod
+//     restarted by its kubelet): the new process proves its predecessor
+//     dead (the PostgreSQL session lock on the owner name is free) and
+//     takes its owner record over at once instead of waiting out the owner
+//     TTL.
 //
 // The in-process counterparts are in workload/server/fleet_e2e_test.go.
 // The tests need PostgreSQL and Redis (internal/testenv): they skip loudly

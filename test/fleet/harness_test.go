@@ -41,6 +41,8 @@ type proc struct {
 	name    string
 	addr    string
 	logPath string
+	bin     string
+	args    []string // as last started
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -121,7 +123,8 @@ func newFleet(t *testing.T, n int, extra ...string) *fleet {
 // start launches the child and waits for /healthz.
 func (p *proc) start(bin string, args []string) {
 	p.t.Helper()
-	logf, err := os.Create(p.logPath)
+	p.bin, p.args = bin, args
+	logf, err := os.OpenFile(p.logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
 		p.t.Fatal(err)
 	}

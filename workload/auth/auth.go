@@ -9,9 +9,10 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/tetra-messenger/tetra/workload/text"
 )
 
 // ErrInvalidToken is returned by Verify for every token that must get 401:
@@ -24,8 +25,8 @@ const SecretFile = "jwt.secret"
 // MinSecretLen is the shortest secret accepted, in bytes.
 const MinSecretLen = 16
 
-// MaxUserLen bounds the sub claim, in bytes.
-const MaxUserLen = 128
+// MaxUserLen bounds the sub claim, in bytes (text.MaxUserBytes).
+const MaxUserLen = text.MaxUserBytes
 
 // Signer mints and verifies HS256 tokens with one secret.
 type Signer struct {
@@ -141,14 +142,26 @@ func (s *Signer) issue(user, scope string, ttl time.Duration) (string, error) {
 // Verify checks a user token and returns its sub. Admin tokens are refused
 // here. Every failure wraps ErrInvalidToken.
 func (s *Signer) Verify(token string) (string, error) {
+	user, _, err := s.VerifyExpiry(token)
+	return user, err
+}
+
+// VerifyExpiry is Verify that also returns the token's exp claim (second
+// precision, UTC), or the zero time when the token has none: an open
+// WebSocket is closed when it passes (PROTOCOL.md §1, close 4005). A token
+// whose exp has passed fails like any invalid token.
+func (s *Signer) VerifyExpiry(token string) (user string, exp time.Time, err error) {
 	c, err := s.parse(token)
 	if err != nil {
-		return "", err
+		return "", time.Time{}, err
 	}
 	if c.Scope != "" {
-		return "", fmt.Errorf("%w: not a user token", ErrInvalidToken)
+		return "", time.Time{}, fmt.Errorf("%w: not a user token", ErrInvalidToken)
 	}
-	return c.Subject, nil
+	if c.ExpiresAt != nil {
+		exp = c.ExpiresAt.UTC()
+	}
+	return c.Subject, exp, nil
 }
 
 // VerifyAdmin checks an admin token. Every failure wraps ErrInvalidToken.
@@ -181,18 +194,7 @@ func (s *Signer) parse(token string) (*Claims, error) {
 }
 
 // ValidUser checks a user id: 1..MaxUserLen bytes of UTF-8 without control
-// characters.
-func ValidUser(user string) error {
-	if user == "" {
-		return errors.New("user id (sub) is required")
-	}
-	if len(user) > MaxUserLen || !utf8.ValidString(user) {
-		return fmt.Errorf("user id must be 1..%d bytes of valid UTF-8", MaxUserLen)
-	}
-	for _, r := range user {
-		if r < 0x20 || r == 0x7f {
-			return errors.New("user id must not contain control characters")
-		}
-	}
-	return nil
-}
+// characters (C0, DEL, C1) and so without NUL. It is text.User, the rule the
+// stores apply too (PROTOCOL.md §3), so a token's sub that passes here is
+// never refused by a store. Errors wrap text.ErrInvalid.
+func ValidUser(user string) error { return text.User("user id", user) }

@@ -109,7 +109,8 @@ type counters struct {
 type Client struct {
 	cfg     Config
 	base    string // http(s) base URL, no trailing slash
-	wsURL   string
+	wsURL   string // without the token (see dialURL)
+	tok     tokenState
 	dd      *dedupe
 	sem     semaphore
 	limiter *rate.Limiter // nil when Config.DisableRateLimit
@@ -156,6 +157,7 @@ func New(cfg Config) (*Client, error) {
 	if !cfg.DisableRateLimit {
 		c.limiter = rate.NewLimiter(rate.Inf, 1)
 	}
+	c.tok.set(cfg.Token)
 	return c, nil
 }
 
@@ -350,7 +352,9 @@ func (c *Client) Stats() Stats {
 // code of the last connection and the terminal error (nil when ctx ended).
 func (c *Client) loop(ctx context.Context) (int, error) {
 	attempt := 0
+	refused := 0 // upgrades answered 401 in a row
 	for {
+		c.freshForDial(ctx)
 		cn, err := c.connect(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -362,7 +366,11 @@ func (c *Client) loop(ctx context.Context) (int, error) {
 			c.mu.Unlock()
 			var e *Error
 			if errors.As(err, &e) && e.Status == http.StatusUnauthorized {
-				return 0, err
+				// The token will not get better by itself; a new one from
+				// TokenRefresh may (once: a second 401 in a row stops).
+				if refused++; refused > 1 || !c.renewAfterRefusal(ctx) {
+					return 0, err
+				}
 			}
 			c.emitError(err)
 			if !sleep(ctx, nil, backoff(c.cfg.BackoffMin, c.cfg.BackoffMax, attempt)) {
@@ -371,6 +379,7 @@ func (c *Client) loop(ctx context.Context) (int, error) {
 			attempt++
 			continue
 		}
+		refused = 0
 		if c.st.connects.Add(1) > 1 {
 			c.st.reconnects.Add(1)
 		}
@@ -408,6 +417,25 @@ func (c *Client) serve(ctx context.Context, cn *conn) (synced bool) {
 	due := true // a full sync is due
 	failures := 0
 	var retry <-chan time.Time // unreferenced timers are collected (Go 1.23+)
+
+	// Token refresh (Config.TokenRefresh): a timer to the next refresh,
+	// one TokenRefresh call at a time on its own goroutine.
+	var refreshAt <-chan time.Time
+	refreshDone := make(chan refreshResult, 1)
+	refreshing, refreshFailures := false, 0
+	scheduleRefresh := func() {
+		_, exp := c.tok.get()
+		refreshAt = nil
+		if d, ok := c.refreshIn(exp); ok {
+			refreshAt = time.After(d)
+		}
+	}
+	scheduleRefresh()
+	defer func() {
+		if refreshing {
+			<-refreshDone // syncCtx is cancelled: TokenRefresh returns soon
+		}
+	}()
 	for {
 		if due {
 			due = false
@@ -439,6 +467,21 @@ func (c *Client) serve(ctx context.Context, cn *conn) (synced bool) {
 		case <-c.syncKick:
 			if retry == nil { // a full sync pending covers the catch-up
 				c.catchUp(syncCtx)
+			}
+		case <-refreshAt:
+			refreshAt, refreshing = nil, true
+			go c.refreshOnConn(syncCtx, cn, refreshDone)
+		case r := <-refreshDone:
+			refreshing = false
+			if r.err != nil {
+				if syncCtx.Err() == nil {
+					c.emitError(r.err)
+					refreshAt = time.After(backoff(c.cfg.BackoffMin, c.cfg.BackoffMax, refreshFailures))
+					refreshFailures++
+				}
+			} else {
+				refreshFailures = 0
+				scheduleRefresh()
 			}
 		}
 	}
@@ -530,12 +573,29 @@ func (c *Client) kickSync() {
 	}
 }
 
+// renewAfterRefusal asks TokenRefresh for a new token after the upgrade
+// was answered 401 and reports whether it got one other than the refused
+// token (then the client retries instead of stopping).
+func (c *Client) renewAfterRefusal(ctx context.Context) bool {
+	if c.cfg.TokenRefresh == nil {
+		return false
+	}
+	old, _ := c.tok.get()
+	tok, err := c.fetchToken(ctx)
+	if err != nil {
+		c.emitError(err)
+		return false
+	}
+	return tok != old
+}
+
 // redact hides the token in errors that may quote the upgrade URL.
 func (c *Client) redact(err error) error {
 	if err == nil || !c.cfg.TokenInQuery {
 		return err
 	}
-	return &redactedError{err: err, token: url.QueryEscape(c.cfg.Token)}
+	tok, _ := c.tok.get()
+	return &redactedError{err: err, token: url.QueryEscape(tok)}
 }
 
 type redactedError struct {

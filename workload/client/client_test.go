@@ -305,8 +305,16 @@ func TestConfigValidation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if base.String() != "https://example.com/prefix" || ws != "wss://example.com/prefix/ws?device=phone&token=t" {
+	if base.String() != "https://example.com/prefix" || ws != "wss://example.com/prefix/ws?device=phone" {
 		t.Fatalf("base %s ws %s", base, ws)
+	}
+	// The token joins the URL at each dial (it may be refreshed).
+	c, err := New(Config{URL: "wss://example.com/prefix/", Token: "t", TokenInQuery: true, Device: "phone"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.dialURL(c.Token()); got != "wss://example.com/prefix/ws?device=phone&token=t" {
+		t.Fatalf("dial URL %s", got)
 	}
 	if cfg.BackoffMin != DefaultBackoffMin || cfg.AckBatch != DefaultAckBatch || cfg.DedupeWindow != DefaultDedupeWindow {
 		t.Fatalf("defaults not applied: %+v", cfg)

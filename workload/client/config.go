@@ -52,6 +52,33 @@ type Config struct {
 	// the upgrade, as browsers must. The header is sent either way.
 	TokenInQuery bool
 
+	// TokenRefresh, when set, supplies a new token for the same user. The
+	// application owns identity and mints tokens (PROTOCOL.md §1), so the
+	// client asks it: RefreshBefore ahead of the current token's exp
+	// claim (read from the JWT without verifying it; a token without exp
+	// is never refreshed), the client calls TokenRefresh, sends the new
+	// token on the live connection ({"type":"refresh"}, answered
+	// {"type":"refreshed"}) and uses it for every later HTTP call and
+	// (re)connect, so the server never closes the socket with 4005 (token
+	// expired). It is also called before a (re)connect when the token has
+	// expired, and once after an upgrade answered HTTP 401 (when it then
+	// supplies another token the client retries instead of stopping).
+	//
+	// ctx ends after HTTPTimeout or when the connection ends; a call that
+	// fails (an error or an empty token) is reported to OnError and retried
+	// with the client's backoff while the connection lives. It runs on a
+	// goroutine of its own, never concurrently with itself, and may call
+	// the application's own services; Close waits for it to return.
+	// Default nil: the token is used until the server refuses it (close
+	// 4005 on the socket, then HTTP 401 on the next upgrade, which stops
+	// the client).
+	TokenRefresh func(ctx context.Context) (string, error)
+
+	// RefreshBefore is how long before the token's exp TokenRefresh is
+	// called; a token with less than twice that left is refreshed halfway
+	// through what is left. Default DefaultRefreshBefore (30 s).
+	RefreshBefore time.Duration
+
 	// Device is the device name of the connection (the device= query
 	// parameter). Default DefaultDevice ("default"). The server keeps one
 	// live connection per (user, device).
@@ -256,6 +283,7 @@ func (cfg Config) withDefaults() (Config, *url.URL, string, error) {
 		{"HandshakeTimeout", &cfg.HandshakeTimeout, DefaultHandshakeTimeout},
 		{"WriteTimeout", &cfg.WriteTimeout, DefaultWriteTimeout},
 		{"HTTPTimeout", &cfg.HTTPTimeout, DefaultHTTPTimeout},
+		{"RefreshBefore", &cfg.RefreshBefore, DefaultRefreshBefore},
 	}
 	for _, d := range durations {
 		switch {
@@ -315,9 +343,6 @@ func (cfg Config) withDefaults() (Config, *url.URL, string, error) {
 	}
 	ws.Path = base.Path + "/ws"
 	q := url.Values{"device": {cfg.Device}}
-	if cfg.TokenInQuery {
-		q.Set("token", cfg.Token)
-	}
-	ws.RawQuery = q.Encode()
+	ws.RawQuery = q.Encode() // the token joins at each dial (Client.dialURL)
 	return cfg, base, ws.String(), nil
 }

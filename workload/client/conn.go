@@ -64,15 +64,16 @@ type answer struct {
 func (c *Client) connect(ctx context.Context) (*conn, error) {
 	hctx, cancel := context.WithTimeout(ctx, c.cfg.HandshakeTimeout)
 	defer cancel()
+	tok, _ := c.tok.get()
 	hdr := http.Header{}
-	hdr.Set("Authorization", "Bearer "+c.cfg.Token)
+	hdr.Set("Authorization", "Bearer "+tok)
 	cn := &conn{
 		c:      c,
 		out:    make(chan []byte, outQueue),
 		done:   make(chan struct{}),
 		ackSig: make(chan struct{}, 1),
 	}
-	ws, resp, err := websocket.Dial(hctx, c.wsURL, &websocket.DialOptions{
+	ws, resp, err := websocket.Dial(hctx, c.dialURL(tok), &websocket.DialOptions{
 		HTTPClient: c.cfg.HTTPClient,
 		HTTPHeader: hdr,
 		OnPingReceived: func(context.Context, []byte) bool {
@@ -444,6 +445,9 @@ func (c *Client) handleFrame(cn *conn, b []byte) {
 			}
 			c.callback(func() { f(r) })
 		}
+	case protocol.TypeRefreshed:
+		// The server took the token refreshOnConn sent; the client uses it
+		// already.
 	default:
 		// pong, a repeated hello, or a frame type this client does not
 		// know (forward compatibility): nothing to do.

@@ -13,8 +13,22 @@
 // BackoffMax; 100 ms to 5 s by default). Two closes stop it instead: 4001,
 // because another connection of the same (user, device) took over and
 // reconnecting would evict it in turn (Config.ReconnectOnSuperseded changes
-// that), and HTTP 401 on the upgrade, because the token will not get better.
+// that), and HTTP 401 on the upgrade, because the token will not get better
+// (unless Config.TokenRefresh supplies another).
 // Config.OnState reports every transition with the close code.
+//
+// # Tokens that expire
+//
+// The server closes a socket when its token's exp passes (4005, PROTOCOL.md
+// §1). With Config.TokenRefresh, a callback through which the application
+// supplies new tokens of the same user, the client refreshes ahead of exp
+// (Config.RefreshBefore, 30 s by default, or halfway for shorter tokens):
+// it sends {"type":"refresh","token":...} on the live socket, which the
+// server answers refreshed, and uses the new token for every later HTTP call
+// and reconnect, so the socket stays up. A refresh that fails is reported
+// to OnError and retried with backoff; an expired token is refreshed before
+// a reconnect. Without TokenRefresh the client sees 4005 at exp, then 401
+// on the next upgrade, and stops.
 //
 // # Sending
 //

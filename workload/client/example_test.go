@@ -75,3 +75,26 @@ func ExampleClient_SendWithID() {
 	}
 	fmt.Println(first.MessageID == again.MessageID) // true
 }
+
+// Tokens expire: the server closes a socket whose token's exp passed (close
+// 4005). An application that mints short-lived tokens hands the client a
+// way to get new ones; the client asks for one 30 s before exp
+// (Config.RefreshBefore), sends it on the live socket and uses it for every
+// later call and reconnect.
+func ExampleConfig_tokenRefresh() {
+	mint := func(ctx context.Context) (string, error) {
+		// Ask the application's own auth service for a new token of the
+		// same user, for example POST /session/refresh.
+		return os.Getenv("TETRA_TOKEN"), nil
+	}
+	c, err := client.Dial(context.Background(), client.Config{
+		URL:          "http://127.0.0.1:8080",
+		Token:        os.Getenv("TETRA_TOKEN"),
+		TokenRefresh: mint,
+		OnError:      func(err error) { log.Print(err) }, // a failed refresh is retried
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+}

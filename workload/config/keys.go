@@ -15,7 +15,7 @@ import (
 // ConfigMap directory (one file per key) and as rendered by the operator.
 // Durations use Go syntax ("10s", "26h"); counts are decimal integers.
 var Keys = []string{
-	"lease", "maxDeliveryAttempts", "maxPending", "reconnectGrace",
+	"lease", "maxDeliveryAttempts", "maxPending", "pendingTimeout", "reconnectGrace",
 	"pingInterval", "pingTimeout", "gcGrace", "gcInterval",
 	"outboxRetention", "historyRetention", "pollInterval", "pollBatch",
 	"maxBodyBytes", "maxInFlightSends", "sendsPerSecond",
@@ -24,6 +24,7 @@ var Keys = []string{
 func (t *Tuning) fields() map[string]any {
 	return map[string]any{
 		"lease": &t.Lease, "maxDeliveryAttempts": &t.MaxDeliveryAttempts, "maxPending": &t.MaxPending,
+		"pendingTimeout": &t.PendingTimeout,
 		"reconnectGrace": &t.ReconnectGrace, "pingInterval": &t.PingInterval, "pingTimeout": &t.PingTimeout,
 		"gcGrace": &t.GCGrace, "gcInterval": &t.GCInterval, "outboxRetention": &t.OutboxRetention,
 		"historyRetention": &t.HistoryRetention, "pollInterval": &t.PollInterval, "pollBatch": &t.PollBatch,

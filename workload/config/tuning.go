@@ -15,9 +15,19 @@ type Tuning struct {
 	// MaxDeliveryAttempts: a message sent this many times without an ack
 	// withdraws its recipient from live delivery (close 4002). Default 3.
 	MaxDeliveryAttempts int
-	// MaxPending: a client with more unacknowledged messages than this is
-	// withdrawn (close 4003). Default 20.
+	// MaxPending is the push window: the most message frames the server
+	// keeps sent and unacknowledged on one connection. What does not fit
+	// waits in the outbox and is sent as acknowledgements free the window
+	// (docs/design.md, "The push window"); clients learn it from
+	// hello.limits.maxPending. Default 20.
 	MaxPending int
+	// PendingTimeout: a connection whose full window made no progress (no
+	// acknowledgement freed a slot) for longer than this while messages
+	// wait behind it is withdrawn (the overload reaper, close 4003); so is
+	// one whose oldest waiting message is older than Lease x
+	// MaxDeliveryAttempts (it cannot keep up). A client that acknowledges
+	// as frames arrive is never withdrawn for a burst. Default 5 s.
+	PendingTimeout time.Duration
 	// ReconnectGrace: the attempts and overload reapers spare a connection
 	// younger than this. Default 0 (the paper measured larger values as
 	// counter-productive under load).
@@ -59,6 +69,7 @@ func Default() Tuning {
 		Lease:               10 * time.Second,
 		MaxDeliveryAttempts: 3,
 		MaxPending:          20,
+		PendingTimeout:      5 * time.Second,
 		ReconnectGrace:      0,
 		PingInterval:        15 * time.Second,
 		PingTimeout:         10 * time.Second,
@@ -86,6 +97,7 @@ func (t Tuning) Validate() error {
 		{"lease", int64(t.Lease), int64(100 * time.Millisecond), int64(time.Hour)},
 		{"maxDeliveryAttempts", int64(t.MaxDeliveryAttempts), 1, 100},
 		{"maxPending", int64(t.MaxPending), 1, 100000},
+		{"pendingTimeout", int64(t.PendingTimeout), int64(100 * time.Millisecond), int64(time.Hour)},
 		{"reconnectGrace", int64(t.ReconnectGrace), 0, int64(time.Hour)},
 		{"pingInterval", int64(t.PingInterval), int64(100 * time.Millisecond), int64(10 * time.Minute)},
 		{"pingTimeout", int64(t.PingTimeout), int64(100 * time.Millisecond), int64(10 * time.Minute)},

@@ -1,7 +1,19 @@
 // Package delivery is live delivery: it pushes committed messages to the
 // sockets of connected recipients until they acknowledge (G2), withdraws the
 // clients that stop acknowledging, and reclaims the outbox below the Tetris
-// waterline.
+// waterline. docs/design.md explains every mechanism and default.
+//
+// Where things live:
+//
+//	engine.go    Engine: configuration, Start/Stop, Register, Ack, Withdraw, Stats
+//	registry.go  the registered connections, by id and by (user, device)
+//	member.go    one connection: its push window, horizon and backlog marks
+//	fastpath.go  the hand-off after commit (Committed) and the fast-path workers
+//	poller.go    re-delivery, the catch-up behind full windows, the forward scan, the hold
+//	reapers.go   the three reapers' policies and passes
+//	gc.go        the waterline GC (collector)
+//	rebuild.go   rebuilding the index from the connections' windows
+//	fleet.go     several processes sharing one index
 //
 // Two paths reach a socket. The fast path takes the accept pipeline's
 // hand-off right after commit and writes to the recipients' connections
@@ -14,32 +26,42 @@
 // examined its rows (its horizon) and the positions above it that the fast
 // path already sent.
 //
+// The push window: a connection never has more than maxPending message
+// frames unacknowledged. A row that does not fit waits in the outbox (the
+// connection is behind from there); acknowledgements wake the poller, which
+// catches the connection up in commit order. The poller's hold stays at or
+// below the first row a connection behind has not been sent, so GC keeps it.
+//
 // Every send is recorded in the waterline index (package waterline): the
-// connection's pending set, with attempts and lease. Three reapers, each a
-// separate policy (policy.go), withdraw a connection from live delivery: idle
-// (no pong or frame for pingInterval+pingTimeout, close 4004), overload
-// (pending > maxPending at a poller tick, close 4003) and attempts (a message due again after
+// connection's pending set, with attempts and lease, mirroring its window.
+// Three reapers, each a separate policy (reapers.go), withdraw a connection
+// from live delivery: idle (no pong or frame for pingInterval+pingTimeout,
+// close 4004), overload (a full window with messages waiting that made no
+// progress for pendingTimeout, or a backlog older than lease x
+// maxDeliveryAttempts, close 4003) and attempts (a message due again after
 // maxDeliveryAttempts sends, close 4002). Withdrawal removes the whole
 // pending set and closes that exact connection; a verdict about a connection
 // that has already been superseded or closed is a no-op, because the
 // connection object is the epoch.
 //
 // GC computes the safe-delete line as the minimum over the index's pins and
-// the poller's hold (its scan position: rows it has not examined yet are
-// never deleted, which closes the paper's in-flight window for connected
-// clients), caps it by the grace (a row younger than gcGrace is never
-// deleted), lifts it by the age backstop (rows older than outboxRetention go
-// regardless), and deletes the prefix below it. Before any delete after a
-// start, a reset or a change of the index server's identity, GC rebuilds the
-// index from a full scan of the outbox; an index error deletes nothing.
+// the poller's hold (rows live delivery has not examined, or still owes a
+// connection behind its window, are never deleted: this closes the paper's
+// in-flight window for connected clients), caps it by the grace (a row
+// younger than gcGrace is never deleted), lifts it by the age backstop (rows
+// older than outboxRetention go regardless), and deletes the prefix below
+// it. The index computes the line only while it is primed with the identity
+// GC saw (waterline.ErrNotPrimed otherwise). Before any delete after a
+// start, a reset or a change of the index server's identity, GC rebuilds
+// the index from the connections' windows; an index error deletes nothing.
 //
 // Several processes (fleet.go): when the index is shared (it implements
 // waterline.Fleet, as the Redis index does), each process delivers only to
-// its own connections while the safe line is global; devices are claimed
-// in the index so a newer connection on any process supersedes the older
-// one (4001); every hand-off publishes a wake-up that runs the other
-// processes' pollers at once; processes heartbeat (Config.OwnerTTL) and GC
-// reaps the index state of processes whose heartbeat lapsed; GC deletes
-// nothing while any live process has not rebuilt since the index's
-// identity changed.
+// its own connections while the safe line is global; the key prefix is
+// bound to one outbox (Fleet.BindOutbox); devices are claimed in the index
+// so a newer connection on any process supersedes the older one (4001);
+// every hand-off publishes a wake-up that runs the other processes' pollers
+// at once; processes heartbeat (Config.OwnerTTL) and GC reaps the index
+// state of processes whose heartbeat lapsed; GC deletes nothing while any
+// live process has not rebuilt since the index's identity changed.
 package delivery

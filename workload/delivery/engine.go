@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -13,7 +13,6 @@ import (
 	"github.com/oklog/ulid/v2"
 
 	"github.com/tetra-messenger/tetra/workload/config"
-	"github.com/tetra-messenger/tetra/workload/history"
 	"github.com/tetra-messenger/tetra/workload/outbox"
 	"github.com/tetra-messenger/tetra/workload/protocol"
 	"github.com/tetra-messenger/tetra/workload/waterline"
@@ -79,9 +78,10 @@ func (c Config) withDefaults() Config {
 }
 
 // Stats are the engine's counters since start. All fields are totals except
-// Connected, SafeLine and OutboxDepth-like gauges.
+// the gauges Connected, Behind and SafeLine.
 type Stats struct {
 	Connected       int              `json:"connected"`
+	Behind          int              `json:"behind"`          // connections with messages waiting behind a full push window
 	FastDeliveries  int64            `json:"fastDeliveries"`  // frames sent by the fast path
 	PollDeliveries  int64            `json:"pollDeliveries"`  // first sends by the poller
 	Redeliveries    int64            `json:"redeliveries"`    // re-sends after a lease expired
@@ -93,50 +93,8 @@ type Stats struct {
 	Rebuilds        map[string]int64 `json:"rebuilds"`        // index rebuilds by reason
 	SafeLine        map[int32]int64  `json:"safeLine"`        // last safe-delete line per partition
 	EnqueueFailures int64            `json:"enqueueFailures"` // frames not queued: a connection's queue was full
+	Deferred        int64            `json:"deferred"`        // sends left in the outbox because the push window was full
 	OwnersReaped    int64            `json:"ownersReaped"`    // dead processes whose index state this one reaped
-}
-
-// maxPos marks a horizon not yet known: nothing is delivered to it.
-const maxPos = math.MaxInt64
-
-type pkey struct {
-	p   int32
-	pos int64
-}
-
-// Member is a registered connection. The server keeps it to ack and touch.
-type Member struct {
-	conn        Conn
-	client      waterline.Client
-	connectedAt time.Time
-	epoch       int64        // the device claim's epoch in a shared index; 0 without one
-	lastSeen    atomic.Int64 // unix nanos
-	pending     atomic.Int64 // pending count last reported by the index
-
-	mu      sync.Mutex
-	horizon map[int32]int64 // rows at or below were examined by the poller (or precede the connection)
-	ahead   map[pkey]struct{}
-	// shed is the lowest position the fast path dropped for this member
-	// (per partition), or absent. While set, later fast-path items are
-	// left to the poller too, so the member still receives commit order;
-	// the poller clears it once its horizon passes.
-	shed   map[int32]int64
-	shard  int
-	frames map[string][]byte // pending message id -> encoded frame, for re-delivery
-}
-
-// ID is the member's connection id.
-func (m *Member) ID() string { return m.client.ID }
-
-type item struct {
-	entry  waterline.Entry
-	frame  []byte
-	sentAt time.Time // the message's acceptance time; zero for re-deliveries
-}
-
-type fastItem struct {
-	m *Member
-	item
 }
 
 // Engine is the live delivery engine.
@@ -148,9 +106,8 @@ type Engine struct {
 	logger *slog.Logger
 	now    func() time.Time
 
-	mu     sync.RWMutex
-	byID   map[string]*Member
-	byUser map[string]map[string]*Member // user -> device -> member
+	// reg holds the registered connections (registry.go).
+	reg *registry
 
 	// idxMu: sends, acks and withdrawals hold it shared; a rebuild holds it
 	// exclusively so it sees a still index.
@@ -158,8 +115,7 @@ type Engine struct {
 
 	partitions []int32
 	scanPos    map[int32]*atomic.Int64
-	samples    map[int32][]headSample // GC goroutine only
-	deleted    map[int32]int64        // GC goroutine only
+	gc         *collector // the waterline GC (gc.go)
 
 	// fastQ has one queue per worker; a connection's items always go to
 	// the same worker, so each connection sees commit order.
@@ -178,19 +134,25 @@ type Engine struct {
 	wg      sync.WaitGroup
 	stopped atomic.Bool
 
-	statMu sync.Mutex
-	stats  Stats
-	fast   atomic.Int64
-	polled atomic.Int64
-	redel  atomic.Int64
-	shed   atomic.Int64
-	acks   atomic.Int64
-	enqF   atomic.Int64
+	hooks testHooks
+
+	statMu   sync.Mutex
+	stats    Stats
+	fast     atomic.Int64
+	polled   atomic.Int64
+	redel    atomic.Int64
+	shed     atomic.Int64
+	acks     atomic.Int64
+	enqF     atomic.Int64
+	deferred atomic.Int64
 }
 
-type headSample struct {
-	at   time.Time
-	head int64
+// testHooks are set only by this package's tests, to land an event
+// between two steps of a pass.
+type testHooks struct {
+	// beforeSafeLine runs in every GC pass after the priming check and the
+	// outbox statistics, before the safe line is read.
+	beforeSafeLine func()
 }
 
 // New builds an engine over log and idx. tuning returns the current live
@@ -209,20 +171,19 @@ func New(log outbox.Log, idx waterline.Index, tuning func() config.Tuning, cfg C
 		logger = slog.Default()
 	}
 	cfg = cfg.withDefaults()
-	return &Engine{
+	e := &Engine{
 		cfg: cfg, tuning: tuning, log: log, idx: idx, logger: logger, now: time.Now,
-		byID:     map[string]*Member{},
-		byUser:   map[string]map[string]*Member{},
+		reg:      newRegistry(),
 		scanPos:  map[int32]*atomic.Int64{},
-		samples:  map[int32][]headSample{},
-		deleted:  map[int32]int64{},
 		fastQ:    makeQueues(cfg.Concurrency, cfg.FastQueue),
 		pollWake: make(chan struct{}, 1),
 		wakeOut:  make(chan struct{}, 1),
 		castOut:  make(chan fleetCast, 1024),
 		beatNow:  make(chan struct{}, 1),
 		stats:    Stats{Withdrawals: map[string]int64{}, Rebuilds: map[string]int64{}, SafeLine: map[int32]int64{}},
-	}, nil
+	}
+	e.gc = newCollector(e)
+	return e, nil
 }
 
 // Start pins the unscanned outbox with the poller's hold, rebuilds this
@@ -274,7 +235,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	}
 	e.wg.Add(3)
 	go e.pollLoop(rctx)
-	go e.gcLoop(rctx)
+	go e.gc.loop(rctx)
 	go e.idleLoop(rctx)
 	return nil
 }
@@ -285,6 +246,7 @@ func (e *Engine) Stop(ctx context.Context) {
 	if !e.stopped.CompareAndSwap(false, true) {
 		return
 	}
+	e.reg.close()
 	if e.cancel != nil {
 		e.cancel()
 	}
@@ -302,7 +264,7 @@ func (e *Engine) Stop(ctx context.Context) {
 
 // CloseAll closes every registered connection with code and withdraws it.
 func (e *Engine) CloseAll(code int, reason string) {
-	ms := e.members()
+	ms := e.reg.all()
 	for _, m := range ms {
 		e.withdraw(m, code, reason, "shutdown")
 	}
@@ -336,36 +298,18 @@ func (e *Engine) Register(ctx context.Context, c Conn) (*Member, error) {
 		horizon:     map[int32]int64{},
 		ahead:       map[pkey]struct{}{},
 		shed:        map[int32]int64{},
-		frames:      map[string][]byte{},
+		behind:      map[int32]time.Time{},
+		out:         map[string]*outstanding{},
 		shard:       int(e.nextShard.Add(1) % uint64(len(e.fastQ))),
 	}
 	m.lastSeen.Store(now.UnixNano())
 	for _, p := range e.partitions {
 		m.horizon[p] = maxPos // nothing is delivered until Start is known
 	}
-	e.mu.Lock()
-	if e.stopped.Load() {
-		e.mu.Unlock()
-		return nil, errors.New("delivery: engine stopped")
+	old, err := e.reg.add(m)
+	if err != nil {
+		return nil, err
 	}
-	devs := e.byUser[c.User()]
-	if devs == nil {
-		devs = map[string]*Member{}
-		e.byUser[c.User()] = devs
-	}
-	old := devs[c.Device()]
-	if old != nil && old.epoch > epoch {
-		// A later claim of this device registered first (a race between
-		// two connections of one device): this one lost.
-		e.mu.Unlock()
-		return nil, ErrSuperseded
-	}
-	if old != nil {
-		delete(e.byID, old.client.ID)
-	}
-	devs[c.Device()] = m
-	e.byID[m.client.ID] = m
-	e.mu.Unlock()
 	if old != nil {
 		e.dropFromIndex(old)
 		old.conn.Close(protocol.CloseSuperseded, "superseded by a newer connection of the same device")
@@ -376,7 +320,7 @@ func (e *Engine) Register(ctx context.Context, c Conn) (*Member, error) {
 	for _, p := range e.partitions {
 		head, err := e.log.Head(ctx, p)
 		if err != nil {
-			e.unregister(m)
+			e.reg.remove(m)
 			return nil, fmt.Errorf("delivery: read outbox head: %w", err)
 		}
 		start[p] = head
@@ -386,10 +330,10 @@ func (e *Engine) Register(ctx context.Context, c Conn) (*Member, error) {
 	client := m.client
 	m.mu.Unlock()
 	e.idxMu.RLock()
-	err := e.idx.Connect(ctx, client)
+	err = e.idx.Connect(ctx, client)
 	e.idxMu.RUnlock()
 	if err != nil {
-		e.unregister(m)
+		e.reg.remove(m)
 		return nil, fmt.Errorf("delivery: register in the waterline index: %w", err)
 	}
 	m.mu.Lock()
@@ -412,25 +356,9 @@ func (e *Engine) Register(ctx context.Context, c Conn) (*Member, error) {
 // Unregister removes a connection that closed on its own (the client went
 // away). It is a no-op when the member was already withdrawn or superseded.
 func (e *Engine) Unregister(m *Member) {
-	if e.unregister(m) {
+	if e.reg.remove(m) {
 		e.dropFromIndex(m)
 	}
-}
-
-func (e *Engine) unregister(m *Member) bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.byID[m.client.ID] != m {
-		return false
-	}
-	delete(e.byID, m.client.ID)
-	if devs := e.byUser[m.client.User]; devs != nil && devs[m.client.Device] == m {
-		delete(devs, m.client.Device)
-		if len(devs) == 0 {
-			delete(e.byUser, m.client.User)
-		}
-	}
-	return true
 }
 
 func (e *Engine) dropFromIndex(m *Member) {
@@ -452,7 +380,7 @@ func (e *Engine) Withdraw(m *Member, code int, reason string) bool {
 }
 
 func (e *Engine) withdraw(m *Member, code int, why, reason string) bool {
-	if !e.unregister(m) {
+	if !e.reg.remove(m) {
 		return false
 	}
 	e.dropFromIndex(m)
@@ -469,222 +397,44 @@ func (e *Engine) countWithdrawal(reason string) {
 }
 
 // Registered reports whether m is the current connection of its device.
-func (e *Engine) Registered(m *Member) bool {
-	e.mu.RLock()
-	defer e.mu.RUnlock()
-	return e.byID[m.client.ID] == m
-}
+func (e *Engine) Registered(m *Member) bool { return e.reg.has(m) }
 
 // Touch records that m showed life (a frame or a pong).
 func (e *Engine) Touch(m *Member) { m.lastSeen.Store(e.now().UnixNano()) }
 
-// Ack removes acknowledged message ids from m's pending set.
+// Ack removes acknowledged message ids from m's push window and from its
+// pending set in the index. Freeing room in the window of a member that has
+// messages waiting wakes the poller, which sends them (catchUp). Ids that
+// are not outstanding are ignored.
 func (e *Engine) Ack(ctx context.Context, m *Member, ids []string) error {
 	e.Touch(m)
-	e.idxMu.RLock()
-	pending, err := e.idx.Ack(ctx, m.client.ID, ids)
-	e.idxMu.RUnlock()
-	if err != nil && !errors.Is(err, waterline.ErrUnknownClient) {
-		return err
-	}
-	if err == nil {
-		m.pending.Store(int64(pending))
-	}
 	m.mu.Lock()
+	freed := false
 	for _, id := range ids {
-		delete(m.frames, id)
+		if _, ok := m.out[id]; ok {
+			delete(m.out, id)
+			freed = true
+		}
+	}
+	waiting := len(m.behind) > 0 || len(m.shed) > 0
+	if freed && len(m.behind) > 0 {
+		m.progressAt = e.now()
 	}
 	m.mu.Unlock()
-	e.acks.Add(int64(len(ids)))
-	return nil
-}
-
-// Handoff takes committed results from the accept pipeline and queues them
-// on the fast path. It never blocks: when the queue is full the rest is shed
-// to the poller.
-func (e *Engine) Handoff(results []history.Result) {
-	shed := false
-	for i := range results {
-		r := &results[i]
-		if r.Err != nil || r.Duplicate || len(r.Deliveries) == 0 {
-			continue
-		}
-		frame := MessageFrame(r.Message)
-		for _, d := range r.Deliveries {
-			e.mu.RLock()
-			devs := e.byUser[d.Recipient]
-			var targets []*Member
-			for dev, m := range devs {
-				if d.Recipient == r.Message.SenderID && dev == r.Message.SenderDevice {
-					continue
-				}
-				targets = append(targets, m)
-			}
-			e.mu.RUnlock()
-			for _, m := range targets {
-				it := fastItem{m: m, item: item{entry: waterline.Entry{MessageID: r.Message.ID, Partition: d.Partition, Pos: d.Pos}, frame: frame, sentAt: r.Message.SentAt}}
-				select {
-				case e.fastQ[m.shard] <- it:
-				default:
-					m.mu.Lock()
-					if cur, ok := m.shed[d.Partition]; !ok || d.Pos < cur {
-						m.shed[d.Partition] = d.Pos
-					}
-					m.mu.Unlock()
-					e.shed.Add(1)
-					shed = true
-				}
-			}
-		}
-	}
-	if shed {
+	if freed && waiting {
 		e.wakePoller()
 	}
-	for i := range results {
-		if r := &results[i]; r.Err == nil && !r.Duplicate && len(r.Deliveries) > 0 {
-			e.publishWake()
-			break
-		}
-	}
-}
-
-// MessageFrame encodes the message frame for m (PROTOCOL.md §3).
-func MessageFrame(m history.Message) []byte {
-	return protocol.Encode(protocol.Message{
-		Type: protocol.TypeMessage, MessageID: m.ID, CorrelationID: m.CorrelationID,
-		ChatID: m.ChatID, SenderID: m.SenderID, Body: m.Body, SentAt: m.SentAt.UTC(),
-	})
-}
-
-func (e *Engine) wakePoller() {
-	select {
-	case e.pollWake <- struct{}{}:
-	default:
-	}
-}
-
-func makeQueues(n, total int) []chan fastItem {
-	qs := make([]chan fastItem, n)
-	per := max(1, total/n)
-	for i := range qs {
-		qs[i] = make(chan fastItem, per)
-	}
-	return qs
-}
-
-func (e *Engine) fastWorker(ctx context.Context, q chan fastItem) {
-	defer e.wg.Done()
-	batch := make([]fastItem, 0, 64)
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case it := <-q:
-			batch = append(batch[:0], it)
-		drain:
-			for len(batch) < cap(batch) {
-				select {
-				case it := <-q:
-					batch = append(batch, it)
-				default:
-					break drain
-				}
-			}
-			e.deliverFast(batch)
-		}
-	}
-}
-
-func (e *Engine) deliverFast(batch []fastItem) {
-	byMember := map[*Member][]item{}
-	for _, it := range batch {
-		m := it.m
-		k := pkey{it.entry.Partition, it.entry.Pos}
-		m.mu.Lock()
-		if k.pos <= m.horizon[k.p] {
-			m.mu.Unlock()
-			continue
-		}
-		if _, shedding := m.shed[k.p]; shedding {
-			m.mu.Unlock() // the poller delivers it, in order
-			continue
-		}
-		if _, dup := m.ahead[k]; dup {
-			m.mu.Unlock()
-			continue
-		}
-		m.ahead[k] = struct{}{}
-		m.mu.Unlock()
-		byMember[m] = append(byMember[m], it.item)
-	}
-	for m, items := range byMember {
-		n := e.send(m, items)
-		e.fast.Add(int64(n))
-		e.observe("fast", items)
-	}
-}
-
-// send records items as sent to m in the index (lease, attempts), keeps
-// their frames for re-delivery and queues them on the socket. It returns how
-// many were queued. The overload reaper judges the pending count on the
-// poller's clock (ReapOverloaded), not here: a burst larger than max-pending
-// that the client acknowledges within one round trip is healthy.
-func (e *Engine) send(m *Member, items []item) int {
-	if len(items) == 0 {
-		return 0
-	}
-	t := e.tuning()
-	entries := make([]waterline.Entry, len(items))
-	for i, it := range items {
-		entries[i] = it.entry
-	}
-	ctx, cancel := e.ctx()
+	e.acks.Add(int64(len(ids)))
 	e.idxMu.RLock()
-	pending, err := e.idx.Sent(ctx, m.client.ID, entries, e.now().Add(t.Lease))
+	_, err := e.idx.Ack(ctx, m.client.ID, ids)
 	e.idxMu.RUnlock()
-	cancel()
-	if errors.Is(err, waterline.ErrUnknownClient) {
-		// Withdrawn meanwhile, or a rebuild is re-registering it; in a
-		// shared index, another process may have reaped this one.
-		if e.fleet != nil && e.Registered(m) {
-			e.checkReaped()
-		}
-		return 0
+	if err != nil && !errors.Is(err, waterline.ErrUnknownClient) {
+		// The connection's window is already free; the index keeps the
+		// entries until their lease, when the poller finds them
+		// acknowledged and drops them (redeliver).
+		return err
 	}
-	if err != nil {
-		// Not tracked: push anyway (the client dedupes, and history
-		// recovers a frame lost in transit), but say so.
-		e.logger.Warn("waterline index refused a send; delivering untracked", "conn", m.client.ID, "err", err)
-	}
-	m.mu.Lock()
-	for _, it := range items {
-		m.frames[it.entry.MessageID] = it.frame
-	}
-	m.mu.Unlock()
-	n := 0
-	for _, it := range items {
-		if m.conn.Enqueue(it.frame) {
-			n++
-		} else {
-			e.enqF.Add(1)
-		}
-	}
-	if err == nil {
-		m.pending.Store(int64(pending))
-	}
-	return n
-}
-
-func (e *Engine) observe(path string, items []item) {
-	if e.cfg.OnDelivered == nil {
-		return
-	}
-	now := e.now()
-	for _, it := range items {
-		if !it.sentAt.IsZero() {
-			e.cfg.OnDelivered(path, now.Sub(it.sentAt))
-		}
-	}
+	return nil
 }
 
 // Broadcast queues frame to every connection of users, except skip, on
@@ -700,63 +450,20 @@ func (e *Engine) Broadcast(users []string, frame []byte, skip *Member) {
 func (e *Engine) onBroadcast(users []string, frame []byte) { e.broadcastHere(users, frame, nil) }
 
 func (e *Engine) broadcastHere(users []string, frame []byte, skip *Member) {
-	e.mu.RLock()
-	var targets []*Member
-	for _, u := range users {
-		for _, m := range e.byUser[u] {
-			if m != skip {
-				targets = append(targets, m)
-			}
-		}
-	}
-	e.mu.RUnlock()
-	for _, m := range targets {
+	for _, m := range e.reg.ofUsers(users, skip) {
 		m.conn.Enqueue(frame)
 	}
 }
 
-func (e *Engine) membersOf(user string) []*Member {
-	e.mu.RLock()
-	defer e.mu.RUnlock()
-	devs := e.byUser[user]
-	if len(devs) == 0 {
-		return nil
-	}
-	out := make([]*Member, 0, len(devs))
-	for _, m := range devs {
-		out = append(out, m)
-	}
-	return out
-}
-
-// members is a snapshot of the registered connections.
-func (e *Engine) members() []*Member {
-	e.mu.RLock()
-	defer e.mu.RUnlock()
-	ms := make([]*Member, 0, len(e.byID))
-	for _, m := range e.byID {
-		ms = append(ms, m)
-	}
-	return ms
-}
-
-func (e *Engine) member(id string) *Member {
-	e.mu.RLock()
-	defer e.mu.RUnlock()
-	return e.byID[id]
-}
-
 // Stats returns a snapshot of the counters.
 func (e *Engine) Stats() Stats {
-	e.mu.RLock()
-	connected := len(e.byID)
-	e.mu.RUnlock()
+	connected := e.reg.count()
 	e.statMu.Lock()
 	defer e.statMu.Unlock()
 	s := e.stats
-	s.Withdrawals = cloneMap(e.stats.Withdrawals)
-	s.Rebuilds = cloneMap(e.stats.Rebuilds)
-	s.SafeLine = cloneMap(e.stats.SafeLine)
+	s.Withdrawals = maps.Clone(e.stats.Withdrawals)
+	s.Rebuilds = maps.Clone(e.stats.Rebuilds)
+	s.SafeLine = maps.Clone(e.stats.SafeLine)
 	s.Connected = connected
 	s.FastDeliveries = e.fast.Load()
 	s.PollDeliveries = e.polled.Load()
@@ -764,13 +471,7 @@ func (e *Engine) Stats() Stats {
 	s.FastShed = e.shed.Load()
 	s.Acks = e.acks.Load()
 	s.EnqueueFailures = e.enqF.Load()
+	s.Deferred = e.deferred.Load()
+	s.Behind = e.reg.laggingCount()
 	return s
-}
-
-func cloneMap[K comparable, V any](m map[K]V) map[K]V {
-	out := make(map[K]V, len(m))
-	for k, v := range m {
-		out[k] = v
-	}
-	return out
 }

@@ -60,7 +60,7 @@ func (e *Engine) startFleet(ctx context.Context) error {
 			return err
 		}
 		if held {
-			return nil
+			return e.bindOutbox(ctx, f)
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("another live process uses index owner %q (its heartbeat stayed fresh for %v): give every process its own --index-owner: %w",
@@ -95,9 +95,11 @@ func (e *Engine) runFleet(rctx context.Context) error {
 	if e.fleet == nil {
 		return nil
 	}
-	if err := e.fleet.Subscribe(rctx, waterline.FleetHandlers{OnClaim: e.onClaim, OnWake: e.wakePoller, OnBroadcast: e.onBroadcast}); err != nil {
+	done, err := e.fleet.Subscribe(rctx, waterline.FleetHandlers{OnClaim: e.onClaim, OnWake: e.wakePoller, OnBroadcast: e.onBroadcast})
+	if err != nil {
 		return err
 	}
+	e.wg.Go(func() { <-done })
 	e.wg.Add(1)
 	go e.wakeLoop(rctx)
 	return nil
@@ -106,13 +108,14 @@ func (e *Engine) runFleet(rctx context.Context) error {
 // onClaim closes this process's connection of a device that another
 // process claimed later. It runs on the subscriber goroutine.
 func (e *Engine) onClaim(c waterline.Claim) {
-	e.mu.RLock()
-	m := e.byUser[c.User][c.Device]
-	e.mu.RUnlock()
+	m := e.reg.device(c.User, c.Device)
 	if m == nil || m.client.ID == c.ConnID || m.epoch >= c.Epoch {
 		return
 	}
-	go e.withdraw(m, protocol.CloseSuperseded, "superseded by a newer connection of the same device", ReasonSuperseded)
+	// Not on the subscriber goroutine: withdrawing talks to the index.
+	e.wg.Go(func() {
+		e.withdraw(m, protocol.CloseSuperseded, "superseded by a newer connection of the same device", ReasonSuperseded)
+	})
 }
 
 // publishWake asks the wake loop to tell the other processes that rows
@@ -211,7 +214,7 @@ func (e *Engine) heartbeat(ctx context.Context) {
 		return
 	}
 	e.logger.Error("fleet: this process's liveness lapsed and another process reaped its index state; closing every connection so clients recover from history", "owner", e.fleet.Owner())
-	ms := e.members()
+	ms := e.reg.all()
 	for _, m := range ms {
 		e.withdraw(m, protocol.CloseGoingAway, "this server lost its lease on the delivery index; reconnect", ReasonOwnerLapsed)
 	}
@@ -261,4 +264,19 @@ func (e *Engine) fleetMayDelete(ctx context.Context, identity string) (bool, err
 		return false, nil
 	}
 	return true, nil
+}
+
+// bindOutbox records, in the shared index, which outbox its key prefix
+// covers, and refuses (releasing this owner's liveness record) when the
+// prefix already covers another outbox of a live deployment.
+func (e *Engine) bindOutbox(ctx context.Context, f waterline.Fleet) error {
+	id, err := e.log.ID(ctx)
+	if err == nil {
+		err = f.BindOutbox(ctx, id)
+	}
+	if err != nil {
+		_ = f.Release(context.WithoutCancel(ctx))
+		return err
+	}
+	return nil
 }

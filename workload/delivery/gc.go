@@ -5,9 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"time"
-
-	"github.com/tetra-messenger/tetra/workload/protocol"
-	"github.com/tetra-messenger/tetra/workload/waterline"
 )
 
 // Rebuild reasons, as used in logs and metrics.
@@ -21,7 +18,30 @@ const (
 // backstop line.
 const backstopScanLimit = 100_000
 
-func (e *Engine) gcLoop(ctx context.Context) {
+type headSample struct {
+	at   time.Time
+	head int64
+}
+
+// collector is the waterline GC: once per GC interval it makes sure the
+// index is primed (rebuilding it otherwise), then deletes, per partition,
+// the outbox prefix below the safe line, capped by the grace and raised by
+// the age backstop. It runs on one goroutine (the GC loop, or a test
+// calling GCOnce) and owns the state that pass needs from one run to the
+// next; it reaches the outbox, the index and the rebuild through its
+// engine.
+type collector struct {
+	e       *Engine
+	samples map[int32][]headSample // heads seen, for the grace line
+	deleted map[int32]int64        // the line last deleted below
+}
+
+func newCollector(e *Engine) *collector {
+	return &collector{e: e, samples: map[int32][]headSample{}, deleted: map[int32]int64{}}
+}
+
+func (g *collector) loop(ctx context.Context) {
+	e := g.e
 	defer e.wg.Done()
 	for {
 		timer := time.NewTimer(e.tuning().GCInterval)
@@ -31,7 +51,7 @@ func (e *Engine) gcLoop(ctx context.Context) {
 			return
 		case <-timer.C:
 		}
-		if _, err := e.GCOnce(ctx); err != nil && ctx.Err() == nil {
+		if _, err := g.once(ctx); err != nil && ctx.Err() == nil {
 			e.logger.Warn("gc pass deleted nothing", "err", err)
 		}
 	}
@@ -61,12 +81,18 @@ func (e *Engine) ensurePrimed(ctx context.Context) (string, error) {
 	return id, nil
 }
 
-// GCOnce runs one GC pass and returns the rows it deleted. It first makes
+// GCOnce runs one GC pass and returns the rows it deleted (see
+// collector.once). Exported for tests; the engine runs it on its own
+// cadence.
+func (e *Engine) GCOnce(ctx context.Context) (int64, error) { return e.gc.once(ctx) }
+
+// once runs one GC pass and returns the rows it deleted. It first makes
 // sure the index is primed (rebuilding it from the outbox if not), then, per
 // partition: line = min(safe line of the index, grace line); line = max(line,
 // age-backstop line); delete the prefix below line. Any error reading the
 // index or the outbox deletes nothing in that partition.
-func (e *Engine) GCOnce(ctx context.Context) (int64, error) {
+func (g *collector) once(ctx context.Context) (int64, error) {
+	e := g.e
 	identity, err := e.ensurePrimed(ctx)
 	if err != nil {
 		return 0, err
@@ -79,7 +105,7 @@ func (e *Engine) GCOnce(ctx context.Context) (int64, error) {
 	var total int64
 	var errs []error
 	for _, p := range e.partitions {
-		n, err := e.gcPartition(ctx, p, now, t.GCGrace, t.OutboxRetention)
+		n, err := g.partition(ctx, p, identity, now, t.GCGrace, t.OutboxRetention)
 		total += n
 		if err != nil {
 			errs = append(errs, fmt.Errorf("partition %d: %w", p, err))
@@ -92,7 +118,8 @@ func (e *Engine) GCOnce(ctx context.Context) (int64, error) {
 	return total, errors.Join(errs...)
 }
 
-func (e *Engine) gcPartition(ctx context.Context, p int32, now time.Time, grace, retention time.Duration) (int64, error) {
+func (g *collector) partition(ctx context.Context, p int32, identity string, now time.Time, grace, retention time.Duration) (int64, error) {
+	e := g.e
 	cctx, cancel := context.WithTimeout(ctx, e.cfg.StoreTimeout)
 	defer cancel()
 	st, err := e.log.Stats(cctx, p)
@@ -101,7 +128,7 @@ func (e *Engine) gcPartition(ctx context.Context, p int32, now time.Time, grace,
 	}
 	// Grace: remember when each head was seen; every row at or below a head
 	// seen at least `grace` ago is older than the grace.
-	ss := append(e.samples[p], headSample{at: now, head: st.Head})
+	ss := append(g.samples[p], headSample{at: now, head: st.Head})
 	graceLine, found := int64(0), false
 	keep := 0
 	for i, s := range ss {
@@ -110,13 +137,20 @@ func (e *Engine) gcPartition(ctx context.Context, p int32, now time.Time, grace,
 			keep = i
 		}
 	}
-	e.samples[p] = append(ss[:0:0], ss[keep:]...)
+	g.samples[p] = append(ss[:0:0], ss[keep:]...)
 	if !found {
 		return 0, nil
 	}
 
+	if h := e.hooks.beforeSafeLine; h != nil {
+		h() // tests: a flush or a failover lands here
+	}
+	// SafeLine checks, in the same atomic step as it reads the pins, that
+	// the index is still primed with the identity ensurePrimed saw: a
+	// flush or a failover since then (while the outbox statistics were
+	// read, say) yields ErrNotPrimed, not a line from an empty index.
 	e.idxMu.RLock()
-	line, ok, err := e.idx.SafeLine(cctx, p)
+	line, ok, err := e.idx.SafeLine(cctx, p, identity)
 	e.idxMu.RUnlock()
 	if err != nil {
 		return 0, fmt.Errorf("read the safe-delete line: %w", err)
@@ -125,7 +159,7 @@ func (e *Engine) gcPartition(ctx context.Context, p int32, now time.Time, grace,
 		line = graceLine
 	}
 	if !st.OldestAt.IsZero() && st.OldestAt.Before(now.Add(-retention)) {
-		bl, err := e.backstopLine(cctx, p, now.Add(-retention))
+		bl, err := g.backstopLine(cctx, p, now.Add(-retention))
 		if err != nil {
 			return 0, err
 		}
@@ -137,20 +171,21 @@ func (e *Engine) gcPartition(ctx context.Context, p int32, now time.Time, grace,
 	e.statMu.Lock()
 	e.stats.SafeLine[p] = line
 	e.statMu.Unlock()
-	if line <= e.deleted[p] {
+	if line <= g.deleted[p] {
 		return 0, nil
 	}
 	n, err := e.log.DeleteBelow(cctx, p, line)
 	if err != nil {
 		return 0, err
 	}
-	e.deleted[p] = line
+	g.deleted[p] = line
 	return n, nil
 }
 
 // backstopLine finds the first position whose row is not older than cutoff
 // by scanning from the bottom (bounded by backstopScanLimit rows).
-func (e *Engine) backstopLine(ctx context.Context, p int32, cutoff time.Time) (int64, error) {
+func (g *collector) backstopLine(ctx context.Context, p int32, cutoff time.Time) (int64, error) {
+	e := g.e
 	after := int64(-1)
 	for read := 0; read < backstopScanLimit; {
 		rows, err := e.log.Scan(ctx, p, after, 1000)
@@ -169,140 +204,4 @@ func (e *Engine) backstopLine(ctx context.Context, p int32, cutoff time.Time) (i
 		read += len(rows)
 	}
 	return after + 1, nil
-}
-
-// Rebuild reconstructs the index from a full scan of the outbox: it resets
-// the index, registers every connection of this process again and pins,
-// for each, every outbox row addressed to its user above its start (as due
-// for re-delivery, since acknowledgements may have been lost), then marks
-// the index primed with its server's identity. Deliveries wait while it
-// runs. reason is RebuildColdStart, RebuildIdentity or RebuildRequested.
-func (e *Engine) Rebuild(ctx context.Context, reason string) error {
-	e.idxMu.Lock()
-	defer e.idxMu.Unlock()
-	start := time.Now()
-	if err := e.idx.Reset(ctx); err != nil {
-		return fmt.Errorf("delivery: rebuild: reset index: %w", err)
-	}
-	// Between the reset and the restore this process's connections pin
-	// nothing; a hold at the bottom of every partition keeps another
-	// process's GC (sharing a Redis index) from deleting their rows
-	// meanwhile. Released when the rebuild is done.
-	rebuildHolder := e.cfg.Holder + "-rebuild"
-	for _, p := range e.partitions {
-		if err := e.idx.Hold(ctx, rebuildHolder, p, 0, e.cfg.HoldTTL); err != nil {
-			return fmt.Errorf("delivery: rebuild: hold: %w", err)
-		}
-		pos := e.scanPos[p].Load()
-		if err := e.idx.Hold(ctx, e.cfg.Holder, p, pos+1, e.cfg.HoldTTL); err != nil {
-			return fmt.Errorf("delivery: rebuild: hold: %w", err)
-		}
-	}
-	defer func() {
-		for _, p := range e.partitions {
-			_ = e.idx.Hold(context.WithoutCancel(ctx), rebuildHolder, p, -1, e.cfg.HoldTTL)
-		}
-	}()
-	ms := e.members()
-	restore := map[*Member][]waterline.Entry{}
-	for _, m := range ms {
-		m.mu.Lock()
-		c := m.client
-		m.mu.Unlock()
-		if c.Start == nil {
-			continue // still registering; Register connects it itself
-		}
-		if err := e.idx.Connect(ctx, c); err != nil {
-			return fmt.Errorf("delivery: rebuild: connect %s: %w", c.ID, err)
-		}
-		restore[m] = nil
-	}
-	rows := 0
-	for _, p := range e.partitions {
-		after := int64(-1)
-		for {
-			batch, err := e.log.Scan(ctx, p, after, 5000)
-			if err != nil {
-				return fmt.Errorf("delivery: rebuild: scan the outbox: %w", err)
-			}
-			if len(batch) == 0 {
-				break
-			}
-			rows += len(batch)
-			for i := range batch {
-				r := &batch[i]
-				for _, m := range e.membersOf(r.Recipient) {
-					if _, ok := restore[m]; !ok {
-						continue
-					}
-					if r.Recipient == r.Message.SenderID && m.client.Device == r.Message.SenderDevice {
-						continue
-					}
-					m.mu.Lock()
-					startPos := m.client.Start[p]
-					if r.Pos > startPos {
-						if _, ok := m.frames[r.Message.ID]; !ok {
-							m.frames[r.Message.ID] = MessageFrame(r.Message)
-						}
-					}
-					m.mu.Unlock()
-					if r.Pos > startPos {
-						restore[m] = append(restore[m], waterline.Entry{MessageID: r.Message.ID, Partition: p, Pos: r.Pos})
-					}
-				}
-			}
-			after = batch[len(batch)-1].Pos
-		}
-	}
-	for m, entries := range restore {
-		if len(entries) == 0 {
-			continue
-		}
-		if err := e.idx.Restore(ctx, m.client.ID, entries); err != nil {
-			return fmt.Errorf("delivery: rebuild: restore %s: %w", m.client.ID, err)
-		}
-	}
-	id, err := e.idx.Identity(ctx)
-	if err != nil {
-		return fmt.Errorf("delivery: rebuild: identity: %w", err)
-	}
-	if err := e.idx.MarkPrimed(ctx, id); err != nil {
-		return fmt.Errorf("delivery: rebuild: mark primed: %w", err)
-	}
-	e.statMu.Lock()
-	e.stats.Rebuilds[reason]++
-	e.statMu.Unlock()
-	e.logger.Info("waterline index rebuilt from the outbox", "reason", reason, "rows", rows, "connections", len(restore), "took", time.Since(start))
-	return nil
-}
-
-func (e *Engine) idleLoop(ctx context.Context) {
-	defer e.wg.Done()
-	ticker := time.NewTicker(time.Second)
-	defer ticker.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-ticker.C:
-			e.ReapIdle()
-		}
-	}
-}
-
-// ReapIdle applies the idle reaper to every connection once.
-func (e *Engine) ReapIdle() {
-	t := e.tuning()
-	now := e.now()
-	e.mu.RLock()
-	var idle []*Member
-	for _, m := range e.byID {
-		if IdleReaper(t, time.Unix(0, m.lastSeen.Load()), now) {
-			idle = append(idle, m)
-		}
-	}
-	e.mu.RUnlock()
-	for _, m := range idle {
-		e.withdraw(m, protocol.CloseIdle, "idle: no answer to pings", ReasonIdle)
-	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/tetra-messenger/tetra/workload/outbox"
 	"github.com/tetra-messenger/tetra/workload/protocol"
 	"github.com/tetra-messenger/tetra/workload/waterline"
 )
@@ -32,36 +33,33 @@ func (e *Engine) pollLoop(ctx context.Context) {
 }
 
 // PollOnce runs one poller pass: re-deliver what is past its lease (or
-// withdraw its recipient, the attempts reaper), then scan every partition
-// forward from the scan position and deliver what the fast path missed.
-// Exported for tests; the engine calls it on its own cadence.
+// withdraw its recipient, the attempts reaper); per partition, catch up the
+// connections that fell behind a full push window and have room again, then
+// scan forward from the scan position and deliver what the fast path
+// missed; then apply the overload reaper. Exported for tests; the engine
+// calls it on its own cadence and whenever an acknowledgement frees a
+// window that has messages waiting.
 func (e *Engine) PollOnce(ctx context.Context) {
 	e.redeliver(ctx)
 	for _, p := range e.partitions {
+		e.catchUp(ctx, p)
 		e.scan(ctx, p)
 	}
 	e.ReapOverloaded()
 }
 
-// ReapOverloaded applies the overload reaper to every connection once: a
-// connection whose pending count is still above max-pending at the poller's
-// tick is withdrawn (close 4003).
-func (e *Engine) ReapOverloaded() {
-	t := e.tuning()
-	now := e.now()
-	e.mu.RLock()
-	var over []*Member
-	for _, m := range e.byID {
-		if OverloadReaper(t, int(m.pending.Load()), now.Sub(m.connectedAt)) {
-			over = append(over, m)
-		}
-	}
-	e.mu.RUnlock()
-	for _, m := range over {
-		e.withdraw(m, protocol.ClosePending, fmt.Sprintf("withdrawn: %d unacknowledged messages exceed max-pending %d", m.pending.Load(), t.MaxPending), ReasonOverload)
+func (e *Engine) wakePoller() {
+	select {
+	case e.pollWake <- struct{}{}:
+	default:
 	}
 }
 
+// redeliver re-sends the entries whose lease expired, from each
+// connection's own window, or withdraws a connection whose entry was sent
+// max-delivery-attempts times (the attempts reaper, close 4002). An entry
+// the index holds but the window does not was acknowledged (the index missed
+// the ack, or a re-send crossed it): it is dropped from the index.
 func (e *Engine) redeliver(ctx context.Context) {
 	t := e.tuning()
 	cctx, cancel := context.WithTimeout(ctx, e.cfg.StoreTimeout)
@@ -80,7 +78,7 @@ func (e *Engine) redeliver(ctx context.Context) {
 		byClient[d.ClientID] = append(byClient[d.ClientID], d)
 	}
 	for _, id := range order {
-		m := e.member(id)
+		m := e.reg.get(id)
 		if m == nil {
 			// The index holds a client this process no longer has.
 			e.idxMu.RLock()
@@ -90,30 +88,61 @@ func (e *Engine) redeliver(ctx context.Context) {
 		}
 		age := e.now().Sub(m.connectedAt)
 		var items []item
-		withdraw := false
+		var acked []string
+		attempts := 0
 		m.mu.Lock()
 		for _, d := range byClient[id] {
-			if AttemptsReaper(t, d.Attempts, age) {
-				withdraw = true
+			o := m.out[d.MessageID]
+			if o == nil {
+				acked = append(acked, d.MessageID)
+				continue
+			}
+			if AttemptsReaper(t, o.attempts, age) {
+				attempts = o.attempts
 				break
 			}
-			frame, ok := m.frames[d.MessageID]
-			if !ok {
-				// Cannot happen while frames follow the pending set;
-				// withdrawing is the safe answer (history recovers it).
-				withdraw = true
-				break
-			}
-			items = append(items, item{entry: d.Entry, frame: frame})
+			items = append(items, item{entry: o.entry, frame: o.frame})
 		}
 		m.mu.Unlock()
-		if withdraw {
-			e.withdraw(m, protocol.CloseAttempts, fmt.Sprintf("withdrawn: a message went unacknowledged after %d delivery attempts", t.MaxDeliveryAttempts), ReasonAttempts)
+		if attempts > 0 {
+			e.withdraw(m, protocol.CloseAttempts, fmt.Sprintf("withdrawn: a message went unacknowledged after %d delivery attempts (max-delivery-attempts %d)", attempts, t.MaxDeliveryAttempts), ReasonAttempts)
 			continue
+		}
+		if len(acked) > 0 {
+			cctx, cancel := context.WithTimeout(ctx, e.cfg.StoreTimeout)
+			e.idxMu.RLock()
+			_, err := e.idx.Ack(cctx, id, acked)
+			e.idxMu.RUnlock()
+			cancel()
+			if err != nil {
+				e.logger.Debug("poller: drop acknowledged entries from the index", "conn", id, "err", err)
+			}
 		}
 		n := e.send(m, items)
 		e.redel.Add(int64(n))
 	}
+}
+
+// offerLocked is what the poller does with one outbox row for one member (the
+// member's lock held): skip it, send it (its window slot is reserved), or
+// leave it waiting behind a full window.
+func (e *Engine) offerLocked(m *Member, r *outbox.Row, p int32, window int, now time.Time, it func() item) (send bool, full bool) {
+	k := pkey{p, r.Pos}
+	if _, sent := m.ahead[k]; sent {
+		delete(m.ahead, k) // the fast path sent it
+		m.horizon[p] = r.Pos
+		return false, false
+	}
+	switch m.reserveLocked(it(), window) {
+	case slotRefused:
+		m.fallBehindLocked(p, r.Message.SentAt, now)
+		return false, true
+	case slotHeld:
+		m.horizon[p] = r.Pos
+		return false, false
+	}
+	m.horizon[p] = r.Pos
+	return true, false
 }
 
 func (e *Engine) scan(ctx context.Context, p int32) {
@@ -131,33 +160,30 @@ func (e *Engine) scan(ctx context.Context, p int32) {
 		if len(rows) == 0 {
 			break
 		}
+		now := e.now()
 		byMember := map[*Member][]item{}
 		frames := map[string][]byte{}
 		for i := range rows {
 			r := &rows[i]
-			for _, m := range e.membersOf(r.Recipient) {
+			mk := func() item { return e.rowItem(r, p, frames) }
+			for _, m := range e.reg.ofUser(r.Recipient) {
 				if r.Recipient == r.Message.SenderID && m.client.Device == r.Message.SenderDevice {
 					continue
 				}
-				k := pkey{p, r.Pos}
 				m.mu.Lock()
-				if r.Pos <= m.horizon[p] {
-					m.mu.Unlock()
+				if r.Pos <= m.horizon[p] || m.isBehind(p) {
+					m.mu.Unlock() // examined, or left to the catch-up
 					continue
 				}
-				m.horizon[p] = r.Pos
-				if _, sent := m.ahead[k]; sent {
-					delete(m.ahead, k)
-					m.mu.Unlock()
-					continue
-				}
+				send, full := e.offerLocked(m, r, p, t.MaxPending, now, mk)
 				m.mu.Unlock()
-				f, ok := frames[r.Message.ID]
-				if !ok {
-					f = MessageFrame(r.Message)
-					frames[r.Message.ID] = f
+				if full {
+					e.reg.markLagging(m)
+					e.deferred.Add(1)
 				}
-				byMember[m] = append(byMember[m], item{entry: waterline.Entry{MessageID: r.Message.ID, Partition: p, Pos: r.Pos}, frame: f, sentAt: r.Message.SentAt})
+				if send {
+					byMember[m] = append(byMember[m], mk())
+				}
 			}
 		}
 		for m, items := range byMember {
@@ -174,21 +200,147 @@ func (e *Engine) scan(ctx context.Context, p int32) {
 	e.hold(ctx, p)
 }
 
-// pruneAhead drops fast-path marks at or below the scan position: the
-// poller has passed them (a mark whose row was acknowledged and deleted
-// before the scan reached it would otherwise stay forever).
-func (e *Engine) pruneAhead(p int32, upto int64) {
-	ms := e.members()
-	for _, m := range ms {
+// rowItem builds the item of an outbox row, sharing one encoded frame per
+// message within a pass.
+func (e *Engine) rowItem(r *outbox.Row, p int32, frames map[string][]byte) item {
+	f, ok := frames[r.Message.ID]
+	if !ok {
+		f = MessageFrame(r.Message)
+		frames[r.Message.ID] = f
+	}
+	return item{entry: waterline.Entry{MessageID: r.Message.ID, Partition: p, Pos: r.Pos}, frame: f, sentAt: r.Message.SentAt}
+}
+
+// catchUp delivers, oldest first, the rows waiting for members that fell
+// behind a full push window in partition p and have room again: one scan
+// from the lowest such horizon up to the poller's scan position, each
+// member taking rows until its window is full again. A member whose
+// catch-up reaches the scan position is caught up: the main scan serves it
+// from there on.
+func (e *Engine) catchUp(ctx context.Context, p int32) {
+	t := e.tuning()
+	upto := e.scanPos[p].Load()
+	from := int64(maxPos)
+	open := map[*Member]bool{} // members taking rows; false once full again
+	byUser := map[string][]*Member{}
+	for _, m := range e.reg.laggingMembers() {
 		m.mu.Lock()
-		if len(m.ahead) > 0 {
+		if m.isBehind(p) && len(m.out) < t.MaxPending {
+			open[m] = true
+			byUser[m.client.User] = append(byUser[m.client.User], m)
+			from = min(from, m.horizon[p])
+		}
+		m.mu.Unlock()
+	}
+	if len(open) == 0 {
+		return
+	}
+	reached := false
+	after := from
+	for round := 0; round < maxScanRounds && !reached; round++ {
+		cctx, cancel := context.WithTimeout(ctx, e.cfg.StoreTimeout)
+		rows, err := e.log.Scan(cctx, p, after, t.PollBatch)
+		cancel()
+		if err != nil {
+			e.logger.Warn("poller: catch-up scan of the outbox", "partition", p, "err", err)
+			return
+		}
+		if len(rows) < t.PollBatch {
+			reached = true
+		}
+		now := e.now()
+		byMember := map[*Member][]item{}
+		frames := map[string][]byte{}
+		for i := range rows {
+			r := &rows[i]
+			if r.Pos > upto {
+				reached = true
+				break
+			}
+			after = r.Pos
+			mk := func() item { return e.rowItem(r, p, frames) }
+			for _, m := range byUser[r.Recipient] {
+				if !open[m] || (r.Recipient == r.Message.SenderID && m.client.Device == r.Message.SenderDevice) {
+					continue
+				}
+				m.mu.Lock()
+				if !m.isBehind(p) || r.Pos <= m.horizon[p] {
+					m.mu.Unlock()
+					continue
+				}
+				send, full := e.offerLocked(m, r, p, t.MaxPending, now, mk)
+				m.mu.Unlock()
+				if full {
+					open[m] = false
+				}
+				if send {
+					byMember[m] = append(byMember[m], mk())
+				}
+			}
+		}
+		for m, items := range byMember {
+			e.polled.Add(int64(e.send(m, items)))
+			e.observe("poll", items)
+		}
+		if after >= upto {
+			reached = true
+		}
+		stillOpen := false
+		for _, o := range open {
+			stillOpen = stillOpen || o
+		}
+		if !stillOpen {
+			return
+		}
+	}
+	if !reached {
+		return
+	}
+	for m, o := range open {
+		if !o {
+			continue
+		}
+		m.mu.Lock()
+		if m.isBehind(p) {
+			m.horizon[p] = max(m.horizon[p], upto)
+			m.catchUpLocked(p)
 			for k := range m.ahead {
 				if k.p == p && k.pos <= upto {
 					delete(m.ahead, k)
 				}
 			}
+			if at, ok := m.shed[p]; ok && at <= m.horizon[p] {
+				delete(m.shed, p)
+			}
 		}
-		if m.horizon[p] < upto && m.horizon[p] != maxPos {
+		caught := len(m.behind) == 0
+		m.mu.Unlock()
+		if caught {
+			e.reg.caughtUp(m)
+		}
+	}
+}
+
+// pruneAhead drops fast-path marks at or below the scan position: the
+// poller has passed them (a mark whose row was acknowledged and deleted
+// before the scan reached it would otherwise stay forever), and raises the
+// horizon of every member that is not behind in p to the scan position.
+func (e *Engine) pruneAhead(p int32, upto int64) {
+	ms := e.reg.all()
+	for _, m := range ms {
+		m.mu.Lock()
+		lim := upto
+		if m.isBehind(p) {
+			lim = m.horizon[p] // its catch-up passes the rest
+		}
+		if len(m.ahead) > 0 {
+			for k := range m.ahead {
+				if k.p == p && k.pos <= lim {
+					delete(m.ahead, k)
+				}
+			}
+		}
+		if !m.isBehind(p) && m.horizon[p] < upto && m.horizon[p] != maxPos {
 			m.horizon[p] = upto
 		}
 		if at, ok := m.shed[p]; ok && at <= m.horizon[p] {
@@ -198,13 +350,29 @@ func (e *Engine) pruneAhead(p int32, upto int64) {
 	}
 }
 
-// hold pins the partition at the first position the poller has not
-// examined, so GC never deletes a row before live delivery saw it.
+// holdPos is where the poller holds partition p: the first position it has
+// not examined, or lower, the first row a member that fell behind has not
+// been offered yet. GC never deletes a row live delivery still owes a
+// connected client.
+func (e *Engine) holdPos(p int32) int64 {
+	pos := e.scanPos[p].Load() + 1
+	for _, m := range e.reg.laggingMembers() {
+		m.mu.Lock()
+		if m.isBehind(p) && m.horizon[p]+1 < pos {
+			pos = m.horizon[p] + 1
+		}
+		m.mu.Unlock()
+	}
+	return max(pos, 0)
+}
+
+// hold pins the partition at holdPos, so GC never deletes a row before live
+// delivery saw it (or, for a member behind a full window, sent it).
 func (e *Engine) hold(ctx context.Context, p int32) {
 	cctx, cancel := context.WithTimeout(ctx, e.cfg.StoreTimeout)
 	defer cancel()
 	e.idxMu.RLock()
-	err := e.idx.Hold(cctx, e.cfg.Holder, p, e.scanPos[p].Load()+1, e.cfg.HoldTTL)
+	err := e.idx.Hold(cctx, e.cfg.Holder, p, e.holdPos(p), e.cfg.HoldTTL)
 	e.idxMu.RUnlock()
 	if err != nil {
 		e.logger.Warn("poller: refresh hold", "partition", p, "err", err)

@@ -126,8 +126,10 @@ type Store interface {
 	AddMember(ctx context.Context, chatID, by, user string) (Chat, error)
 
 	// Commit stores a batch of drafts in ONE transaction: for each draft in
-	// order, an idempotency check on (SenderID, CorrelationID), then the
-	// history row, then one outbox row per member. The returned slice has
+	// order, an idempotency check on (SenderID, CorrelationID) (a taken key
+	// with the original's chat and body is a Duplicate, with another chat
+	// or body ErrInvalid: CheckResend), then the history row, then one
+	// outbox row per member. The returned slice has
 	// one Result per draft, in order. A non-nil error (wrapping
 	// ErrUnavailable) means the transaction did not commit and nothing in
 	// the batch was stored; per-draft rule violations are reported in

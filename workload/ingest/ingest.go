@@ -29,8 +29,23 @@ type Config struct {
 	ReadQueueSize int           // read receipt queue; default 8000
 	ReadBatchSize int           // receipts per transaction; default 64
 	ReadBatchWait time.Duration // default 10 ms
-	CommitTimeout time.Duration // per transaction; default 10 s
+	// StoreTimeout is the longest a send waits for its answer, from the
+	// moment Submit queued it: a send still queued at its deadline is
+	// answered ErrUnavailable without being tried, and each transaction
+	// runs until the deadline of its oldest send (so a store that hangs
+	// answers every send within StoreTimeout, never after the commits
+	// queued before it). It also bounds each SaveReads call. Default
+	// DefaultStoreTimeout (5 s); the server's --store-timeout.
+	StoreTimeout time.Duration
 }
+
+// DefaultStoreTimeout is Config.StoreTimeout's default.
+const DefaultStoreTimeout = 5 * time.Second
+
+// ErrTimeout is wrapped by the error Done gets when a send reached its
+// StoreTimeout deadline before its commit could start; it wraps
+// history.ErrUnavailable too (the send was not stored: answer overloaded).
+var ErrTimeout = fmt.Errorf("ingest: send waited its whole store timeout in the queue: %w", history.ErrUnavailable)
 
 // Defaults fills zero fields.
 func (c Config) withDefaults() Config {
@@ -52,17 +67,31 @@ func (c Config) withDefaults() Config {
 	def(&c.ReadQueueSize, 8000)
 	def(&c.ReadBatchSize, 64)
 	defD(&c.ReadBatchWait, 10*time.Millisecond)
-	defD(&c.CommitTimeout, 10*time.Second)
+	defD(&c.StoreTimeout, DefaultStoreTimeout)
 	return c
 }
 
 // Request is one send in the pipeline. Done is called exactly once, from the
 // committer goroutine, with the commit's result for this draft, or with a
-// non-nil error (wrapping history.ErrUnavailable) when the batch failed. Done
-// must not block.
+// non-nil error (wrapping history.ErrUnavailable) when the batch failed or
+// the send reached its deadline (Config.StoreTimeout) first. Done must not
+// block.
 type Request struct {
 	Draft history.Draft
 	Done  func(res history.Result, err error)
+
+	deadline time.Time // set by Submit: queue time + StoreTimeout
+}
+
+// ReadRequest is one read receipt in the pipeline. Done, when not nil, is
+// called exactly once, from the read batcher, with nil once the receipt is
+// saved, or with the error that dropped it: wrapping history.ErrInvalid
+// when the store refused this receipt (the others of its batch are saved
+// all the same), or history.ErrUnavailable when the store failed. Done must
+// not block.
+type ReadRequest struct {
+	Read history.Read
+	Done func(err error)
 }
 
 // Hooks observe the pipeline. Any field may be nil.
@@ -72,6 +101,9 @@ type Hooks struct {
 	Committed func(n int, took time.Duration)
 	// Failed is called after a failed commit.
 	Failed func(n int, err error)
+	// ReadFailed is called once per read receipt that was dropped, with
+	// the error its Done got.
+	ReadFailed func(err error)
 }
 
 // Pipeline is the accept pipeline. Start it once; Stop drains it.
@@ -86,7 +118,7 @@ type Pipeline struct {
 	mu      sync.RWMutex // guards closed against Submit racing Stop
 	closed  bool
 	in      chan Request
-	readsIn chan history.Read
+	readsIn chan ReadRequest
 	wg      sync.WaitGroup
 	stopped chan struct{}
 }
@@ -106,7 +138,7 @@ func New(store history.Store, cfg Config, handoff func([]history.Result), reads 
 	return &Pipeline{
 		cfg: cfg, store: store, handoff: handoff, reads: reads, hooks: hooks, log: log,
 		in:      make(chan Request, cfg.QueueSize),
-		readsIn: make(chan history.Read, cfg.ReadQueueSize),
+		readsIn: make(chan ReadRequest, cfg.ReadQueueSize),
 		stopped: make(chan struct{}),
 	}, nil
 }
@@ -126,6 +158,7 @@ func (p *Pipeline) Submit(r Request) error {
 	if p.closed {
 		return ErrOverloaded
 	}
+	r.deadline = time.Now().Add(p.cfg.StoreTimeout)
 	select {
 	case p.in <- r:
 		return nil
@@ -134,8 +167,11 @@ func (p *Pipeline) Submit(r Request) error {
 	}
 }
 
-// SubmitRead queues a read receipt without blocking; ErrOverloaded when full.
-func (p *Pipeline) SubmitRead(r history.Read) error {
+// SubmitRead queues a read receipt without blocking. It returns
+// ErrOverloaded when the queue is full or the pipeline is stopped; Done is
+// then never called. Receipts are saved in batches (ReadBatchSize,
+// ReadBatchWait); a receipt the store refuses fails alone (see ReadRequest).
+func (p *Pipeline) SubmitRead(r ReadRequest) error {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
 	if p.closed {
@@ -225,11 +261,33 @@ func (p *Pipeline) commitLoop() {
 }
 
 func (p *Pipeline) commit(batch []Request) {
+	// Sends past their deadline are answered without a try: the store is
+	// slow or hangs, and their senders were promised an answer by now.
+	now := time.Now()
+	live := batch[:0:0]
+	for _, r := range batch {
+		if now.Before(r.deadline) {
+			live = append(live, r)
+			continue
+		}
+		r.Done(history.Result{}, ErrTimeout)
+	}
+	if expired := len(batch) - len(live); expired > 0 {
+		p.log.Warn("sends reached their store timeout in the queue; answered overloaded", "sends", expired, "timeout", p.cfg.StoreTimeout)
+	}
+	if batch = live; len(batch) == 0 {
+		return
+	}
 	drafts := make([]history.Draft, len(batch))
+	deadline := batch[0].deadline
 	for i, r := range batch {
 		drafts[i] = r.Draft
+		if r.deadline.Before(deadline) {
+			deadline = r.deadline
+		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.CommitTimeout)
+	// The transaction may run until its oldest send's deadline.
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	start := time.Now()
 	results, err := p.store.Commit(ctx, drafts)
 	cancel()
@@ -260,7 +318,7 @@ func (p *Pipeline) commit(batch []Request) {
 
 func (p *Pipeline) readLoop() {
 	defer p.wg.Done()
-	batch := make([]history.Read, 0, p.cfg.ReadBatchSize)
+	batch := make([]ReadRequest, 0, p.cfg.ReadBatchSize)
 	for {
 		first, ok := <-p.readsIn
 		if !ok {
@@ -283,16 +341,55 @@ func (p *Pipeline) readLoop() {
 			}
 		}
 		deadline.Stop()
-		ctx, cancel := context.WithTimeout(context.Background(), p.cfg.CommitTimeout)
-		err := p.store.SaveReads(ctx, batch)
-		cancel()
-		if err != nil {
-			p.log.Warn("read receipts not saved", "receipts", len(batch), "err", err)
-		} else if p.reads != nil {
-			p.reads(append([]history.Read(nil), batch...))
+		if saved := p.saveReads(batch); len(saved) > 0 && p.reads != nil {
+			p.reads(saved)
 		}
 		if !open {
 			return
 		}
 	}
+}
+
+// saveReads saves batch and returns the receipts saved, in batch order.
+// When the store refuses the batch with history.ErrInvalid (one receipt
+// breaks a rule, and SaveReads saves nothing then), the batch is split in
+// halves and each half saved on its own, down to the receipt at fault: one
+// bad receipt among n costs about 2·log2(n) more calls, and nobody else's
+// receipt is lost to it (PROTOCOL.md §3: nothing a client sends affects
+// other clients). Any other error (the store is failing) drops the whole
+// batch without more calls.
+func (p *Pipeline) saveReads(batch []ReadRequest) []history.Read {
+	reads := make([]history.Read, len(batch))
+	for i, r := range batch {
+		reads[i] = r.Read
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.StoreTimeout)
+	err := p.store.SaveReads(ctx, reads)
+	cancel()
+	switch {
+	case err == nil:
+		for _, r := range batch {
+			if r.Done != nil {
+				r.Done(nil)
+			}
+		}
+		return reads
+	case errors.Is(err, history.ErrInvalid) && len(batch) > 1:
+		half := len(batch) / 2
+		return append(p.saveReads(batch[:half]), p.saveReads(batch[half:])...)
+	}
+	if errors.Is(err, history.ErrInvalid) {
+		p.log.Info("read receipt refused", "chat", reads[0].ChatID, "user", reads[0].UserID, "err", err)
+	} else {
+		p.log.Warn("read receipts not saved", "receipts", len(batch), "err", err)
+	}
+	for _, r := range batch {
+		if p.hooks.ReadFailed != nil {
+			p.hooks.ReadFailed(err)
+		}
+		if r.Done != nil {
+			r.Done(err)
+		}
+	}
+	return nil
 }

@@ -176,7 +176,7 @@ func TestReadReceiptsAreBatched(t *testing.T) {
 	p, _ := New(st, Config{ReadBatchSize: 3, ReadBatchWait: time.Hour}, nil, func(r []history.Read) { got <- r }, Hooks{}, quiet)
 	p.Start()
 	for i := 0; i < 3; i++ {
-		_ = p.SubmitRead(history.Read{ChatID: chat, UserID: "bob", MessageID: fmt.Sprint("m", i), At: time.Now()})
+		_ = p.SubmitRead(ReadRequest{Read: history.Read{ChatID: chat, UserID: "bob", MessageID: fmt.Sprint("m", i), At: time.Now()}})
 	}
 	select {
 	case b := <-got:
@@ -223,5 +223,170 @@ func eventually(t *testing.T, cond func() bool) {
 			t.Fatal("condition not reached")
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// readGate wraps a store and holds every SaveReads call until release is
+// closed, so the test decides what one batch holds.
+type readGate struct {
+	history.Store
+	release chan struct{}
+	mu      sync.Mutex
+	calls   []int // batch sizes, in order
+}
+
+func (g *readGate) SaveReads(ctx context.Context, reads []history.Read) error {
+	<-g.release
+	g.mu.Lock()
+	g.calls = append(g.calls, len(reads))
+	g.mu.Unlock()
+	return g.Store.SaveReads(ctx, reads)
+}
+
+// One bad receipt (here a NUL in its messageId, which every store refuses
+// with ErrInvalid) fails only itself: the other receipts of its batch are
+// saved and forwarded, its own Done gets the error, and the Hooks count it.
+// Before, the whole batch was dropped with a WARN and nothing else (issue
+// 13, point 1).
+func TestBadReadReceiptIsIsolated(t *testing.T) {
+	st, chat := setup(t)
+	g := &readGate{Store: st.Store, release: make(chan struct{})}
+	var mu sync.Mutex
+	var forwarded []history.Read
+	var failed []error
+	p, err := New(g, Config{ReadBatchSize: 31, ReadBatchWait: time.Hour}, nil, func(rs []history.Read) {
+		mu.Lock()
+		forwarded = append(forwarded, rs...)
+		mu.Unlock()
+	}, Hooks{ReadFailed: func(err error) {
+		mu.Lock()
+		failed = append(failed, err)
+		mu.Unlock()
+	}}, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Start()
+	var wg sync.WaitGroup
+	outcome := make([]error, 31)
+	submit := func(i int, r history.Read) {
+		wg.Add(1)
+		if err := p.SubmitRead(ReadRequest{Read: r, Done: func(err error) { outcome[i] = err; wg.Done() }}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	now := time.Now()
+	for i := range 15 {
+		submit(i, history.Read{ChatID: chat, UserID: "bob", MessageID: fmt.Sprint("m", i), At: now})
+	}
+	submit(15, history.Read{ChatID: chat, UserID: "mallory", MessageID: "x\x00y", At: now})
+	for i := 16; i < 31; i++ {
+		submit(i, history.Read{ChatID: chat, UserID: "alice", MessageID: fmt.Sprint("m", i), At: now})
+	}
+	close(g.release)
+	wg.Wait()
+	if err := p.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for i, err := range outcome {
+		if i == 15 {
+			if !errors.Is(err, history.ErrInvalid) {
+				t.Errorf("the bad receipt's Done got %v, want ErrInvalid", err)
+			}
+		} else if err != nil {
+			t.Errorf("receipt %d failed: %v", i, err)
+		}
+	}
+	if len(forwarded) != 30 {
+		t.Errorf("%d receipts forwarded, want the 30 good ones", len(forwarded))
+	}
+	for _, r := range forwarded {
+		if r.UserID == "mallory" {
+			t.Errorf("the bad receipt was forwarded: %+v", r)
+		}
+	}
+	if len(failed) != 1 || !errors.Is(failed[0], history.ErrInvalid) {
+		t.Errorf("ReadFailed hook saw %v, want one ErrInvalid", failed)
+	}
+	t.Logf("SaveReads batches: %v", g.calls)
+}
+
+// deadlineStore records each Commit's context deadline and holds the first
+// Commit until release is closed (ignoring its context: a store that
+// hangs).
+type deadlineStore struct {
+	history.Store
+	release   chan struct{}
+	mu        sync.Mutex
+	deadlines []time.Time
+	drafts    []string // correlation ids, in commit order
+}
+
+func (s *deadlineStore) Commit(ctx context.Context, d []history.Draft) ([]history.Result, error) {
+	dl, _ := ctx.Deadline()
+	s.mu.Lock()
+	first := len(s.deadlines) == 0
+	s.deadlines = append(s.deadlines, dl)
+	for _, x := range d {
+		s.drafts = append(s.drafts, x.CorrelationID)
+	}
+	s.mu.Unlock()
+	if first {
+		<-s.release
+		return nil, fmt.Errorf("%w: hung", history.ErrUnavailable)
+	}
+	return s.Store.Commit(ctx, d)
+}
+
+// A send waits at most StoreTimeout from the moment it is queued: one that
+// reached its deadline behind a hung commit is answered ErrTimeout without
+// being tried, and a transaction runs until its oldest send's deadline, not
+// a full timeout from its start. Before, every transaction had a fresh 10 s
+// (CommitTimeout), so sends queued behind a hung one waited for it and then
+// for their own (issue 13, point 5).
+func TestSendWaitsAtMostTheStoreTimeout(t *testing.T) {
+	st, chat := setup(t)
+	ds := &deadlineStore{Store: st.Store, release: make(chan struct{})}
+	const timeout = 50 * time.Millisecond
+	p, err := New(ds, Config{BatchSize: 1, MaxBatch: 1, StoreTimeout: timeout}, nil, nil, Hooks{}, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Start()
+	defer p.Stop(context.Background())
+	hung, queued := make(chan error, 1), make(chan error, 1)
+	if err := p.Submit(Request{Draft: draft(chat, 1), Done: func(_ history.Result, err error) { hung <- err }}); err != nil {
+		t.Fatal(err)
+	}
+	// The first commit holds the committer; the second send queues behind
+	// it until its deadline has passed.
+	if err := p.Submit(Request{Draft: draft(chat, 2), Done: func(_ history.Result, err error) { queued <- err }}); err != nil {
+		t.Fatal(err)
+	}
+	<-time.After(2 * timeout)
+	close(ds.release)
+	if err := <-hung; !errors.Is(err, history.ErrUnavailable) {
+		t.Fatalf("the hung commit's send got %v", err)
+	}
+	if err := <-queued; !errors.Is(err, ErrTimeout) || !errors.Is(err, history.ErrUnavailable) {
+		t.Fatalf("the send queued past its deadline got %v, want ErrTimeout (overloaded)", err)
+	}
+	// A fresh send commits, with its own deadline.
+	done := make(chan error, 1)
+	before := time.Now()
+	if err := p.Submit(Request{Draft: draft(chat, 3), Done: func(res history.Result, err error) { done <- errors.Join(err, res.Err) }}); err != nil {
+		t.Fatal(err)
+	}
+	after := time.Now()
+	if err := <-done; err != nil {
+		t.Fatalf("fresh send: %v", err)
+	}
+	ds.mu.Lock()
+	defer ds.mu.Unlock()
+	if fmt.Sprint(ds.drafts) != "[k1 k3]" {
+		t.Errorf("committed %v, want [k1 k3]: the expired send must not be tried", ds.drafts)
+	}
+	if dl := ds.deadlines[len(ds.deadlines)-1]; dl.Before(before.Add(timeout)) || dl.After(after.Add(timeout)) {
+		t.Errorf("transaction deadline %v, want the send's own: queued between %v and %v plus %v", dl, before, after, timeout)
 	}
 }

@@ -29,9 +29,11 @@ type ProcessStats struct {
 // Every target shares the token secret.
 type fleet struct {
 	targets []target
-	// redisURL and redisPrefix name the index keys of the run's children,
-	// deleted after they stopped; empty when the run owns none.
+	// redisURL and redisPrefix name the index keys of the run's servers,
+	// deleted after they stopped unless keepKeys (an in-process server
+	// under the caller's prefix); empty when there are none.
 	redisURL, redisPrefix string
+	keepKeys              bool
 }
 
 func (f *fleet) signer() *auth.Signer { return f.targets[0].signer() }
@@ -47,22 +49,28 @@ func (f *fleet) outboxDepth(ctx context.Context) int64 {
 	return -1
 }
 
-// withdrawals sums the processes' withdrawal counters.
-func (f *fleet) withdrawals(ctx context.Context) map[string]int64 {
-	var out map[string]int64
+// deliveryTotals sums the processes' withdrawal and rebuild counters (by
+// reason), their deferred sends and their re-deliveries.
+func (f *fleet) deliveryTotals(ctx context.Context) (withdrawals, rebuilds map[string]int64, deferred, redelivered int64) {
 	for _, t := range f.targets {
 		st, ok := t.adminStats(ctx)
 		if !ok {
 			continue
 		}
-		for k, v := range st.Delivery.Withdrawals {
-			if out == nil {
-				out = map[string]int64{}
+		add := func(dst *map[string]int64, src map[string]int64) {
+			for k, v := range src {
+				if *dst == nil {
+					*dst = map[string]int64{}
+				}
+				(*dst)[k] += v
 			}
-			out[k] += v
 		}
+		add(&withdrawals, st.Delivery.Withdrawals)
+		add(&rebuilds, st.Delivery.Rebuilds)
+		deferred += st.Delivery.Deferred
+		redelivered += st.Delivery.Redeliveries
 	}
-	return out
+	return withdrawals, rebuilds, deferred, redelivered
 }
 
 // finish records the processes' RSS and CPU: as before for one process,
@@ -95,7 +103,7 @@ func (f *fleet) stop() {
 		go func() { defer wg.Done(); t.stop() }()
 	}
 	wg.Wait()
-	if f.redisURL != "" && f.redisPrefix != "" {
+	if f.redisURL != "" && f.redisPrefix != "" && !f.keepKeys {
 		deleteRedisPrefix(f.redisURL, f.redisPrefix)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -78,6 +79,32 @@ type Config struct {
 	SlowShare float64
 	// SlowAckDelay is the ack delay of the slow clients, default 2 s.
 	SlowAckDelay time.Duration
+	// Senders is how many members of each chat send (the first ones);
+	// 0, the default, means every member. With GroupSize 10 and Senders
+	// 3, three members of every group send and seven only receive.
+	Senders int
+	// Window is how many sends a sender pipelines at once (a burst): it
+	// writes Window sends back to back, then the next burst once all were
+	// answered and its interval passed. The average rate is still Rate.
+	// Default 1 (evenly spaced sends).
+	Window int
+	// IndexFault, when set, hits the waterline index (Redis) during the
+	// send phase: "flush" deletes every key of the run's prefix (what
+	// FLUSHALL does to this deployment, without touching others on a
+	// shared Redis); "restart" SIGKILLs a redis-server the run starts for
+	// itself and starts it again empty on the same port; "stale" moves
+	// the run's Redis address (a proxy the run starts) from the master to
+	// a replica that stopped replicating IndexFaultLag earlier. "restart"
+	// and "stale" need redis-server on PATH and replace Server.Index.
+	IndexFault string
+	// IndexFaultAt is when the first fault hits, from the start of the
+	// send phase; default a third of Duration.
+	IndexFaultAt time.Duration
+	// IndexFaultEvery repeats the fault at this interval (0: once).
+	IndexFaultEvery time.Duration
+	// IndexFaultLag is how far behind the master the stale replica is;
+	// default 2 s.
+	IndexFaultLag time.Duration
 }
 
 // DefaultConfig is the issue's acceptance run: 200 clients in pairs at
@@ -113,6 +140,27 @@ func (c *Config) validate() error {
 		return fmt.Errorf("replicas must be >= 1, got %d", c.Replicas)
 	case c.URL != "" && len(splitURLs(c.URL)) == 0:
 		return fmt.Errorf("url %q names no server", c.URL)
+	case c.Senders < 0 || c.Senders > c.GroupSize:
+		return fmt.Errorf("senders must be between 0 (every member) and the group size (%d), got %d", c.GroupSize, c.Senders)
+	case c.Window < 0 || c.Window > 1000:
+		return fmt.Errorf("window must be between 1 and 1000 sends, got %d", c.Window)
+	case c.IndexFault != "" && c.IndexFault != "flush" && c.IndexFault != "restart" && c.IndexFault != "stale":
+		return fmt.Errorf(`index fault must be "", flush, restart or stale, got %q`, c.IndexFault)
+	case c.IndexFault != "" && c.URL != "":
+		return errors.New("an index fault needs a run that starts its servers (no --url)")
+	case c.IndexFault == "flush" && !isRedisIndex(c.Server.Index, c.Server.IndexSentinelAddrs):
+		return errors.New("--index-fault flush needs --index redis://... (the in-process index has nothing to flush)")
+	case c.IndexFaultAt < 0 || c.IndexFaultEvery < 0 || c.IndexFaultLag < 0:
+		return errors.New("index fault times must be >= 0")
+	}
+	if c.Window == 0 {
+		c.Window = 1
+	}
+	if c.IndexFault != "" && c.IndexFaultAt == 0 {
+		c.IndexFaultAt = c.Duration / 3
+	}
+	if c.IndexFaultLag == 0 {
+		c.IndexFaultLag = 2 * time.Second
 	}
 	if c.Replicas > 1 {
 		switch {
@@ -180,6 +228,17 @@ type Report struct {
 	SlowClients            int     // clients that acked late (Config.SlowShare)
 	StuckResynced          int64   // pairs of stuck recipients found only by their final history resync
 	HealthyPerAcc          float64 // DeliveriesPerAcc over the recipients that are not stuck
+	// HealthyReconnects counts the reconnects of clients that are neither
+	// stuck nor slow: each is a withdrawal (or a lost socket) of a client
+	// that acknowledged every frame at once. It should be 0.
+	HealthyReconnects int64
+	Senders, Window   int
+	IndexFault        string
+	IndexFaults       int              // faults that hit the index
+	Rebuilds          map[string]int64 // the servers' index rebuilds, by reason
+	Deferred          int64            // sends that waited behind a full push window
+	Redeliveries      int64            // frames the servers re-sent after a lease expired
+	FromHistory       int64            // messages the clients first found by a history sync (reconnects, the first sync)
 }
 
 // Problems lists what makes the run a failure: pairs lost, or not one
@@ -218,7 +277,18 @@ func (r *Report) String() string {
 	p("frames", r.Frames)
 	p("deliveries/accepted", fmt.Sprintf("%.3f", r.DeliveriesPerAcc))
 	p("duplicates", r.Duplicates)
-	p("reconnects", r.Reconnects)
+	p("found by history syncs", r.FromHistory)
+	p("reconnects", fmt.Sprintf("%d (of clients that acknowledge at once: %d)", r.Reconnects, r.HealthyReconnects))
+	if r.Window > 1 || (r.Senders > 0 && r.Senders < r.GroupSize) {
+		p("senders / window", fmt.Sprintf("%d per chat / %d sends pipelined", r.Senders, r.Window))
+	}
+	if r.IndexFault != "" {
+		p("index faults", fmt.Sprintf("%d x %s; rebuilds %v", r.IndexFaults, r.IndexFault, r.Rebuilds))
+	}
+	if r.Deferred > 0 {
+		p("window deferred sends", r.Deferred)
+	}
+	p("server re-deliveries", r.Redeliveries)
 	p("latency p50/p99/p99.9", fmt.Sprintf("%v / %v / %v", r.LatencyP50.Round(time.Microsecond*100), r.LatencyP99.Round(time.Microsecond*100), r.LatencyP999.Round(time.Microsecond*100)))
 	p("latency max", r.LatencyMax.Round(time.Millisecond))
 	if r.Replicas > 1 {
@@ -308,6 +378,8 @@ type run struct {
 	latCross []time.Duration
 
 	sent      atomic.Int64
+	own       *ownRedis    // the run's own Redis, for the restart and stale faults
+	faults    atomic.Int64 // index faults done
 	errMu     sync.Mutex
 	errs      map[string]int64
 	outboxMax atomic.Int64
@@ -322,6 +394,16 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	r := &run{cfg: cfg, runID: randomSecret()[:8], acc: map[string]accepted{}, errs: map[string]int64{}, chats: map[string][]int{}}
 	r.outboxMax.Store(-1)
+	if f := cfg.IndexFault; f == "restart" || f == "stale" {
+		own, err := startOwnRedis(ctx, f)
+		if err != nil {
+			return nil, fmt.Errorf("loadgen: %w", err)
+		}
+		defer own.stop()
+		r.own = own
+		cfg.Server.Index = own.url()
+		r.cfg = cfg
+	}
 	t, err := startTargets(ctx, cfg, r.runID)
 	if err != nil {
 		return nil, err
@@ -558,9 +640,20 @@ func (r *run) drive(ctx context.Context) *Report {
 	var senders sync.WaitGroup
 	var inflight sync.WaitGroup
 	pad := strings.Repeat("x", cfg.BodyBytes)
-	interval := time.Duration(float64(time.Second) * float64(cfg.Clients) / cfg.Rate)
+	// Each sender sends cfg.Window messages per interval, so the senders
+	// together send cfg.Rate per second.
+	nSenders := 0
 	for _, m := range r.members {
-		if m.chat == "" {
+		if r.sends(m) {
+			nSenders++
+		}
+	}
+	interval := time.Duration(float64(time.Second) * float64(nSenders*cfg.Window) / cfg.Rate)
+	if faults := r.startFaults(sendCtx); faults != nil {
+		defer faults()
+	}
+	for _, m := range r.members {
+		if !r.sends(m) {
 			continue
 		}
 		senders.Add(1)
@@ -577,33 +670,24 @@ func (r *run) drive(ctx context.Context) *Report {
 			defer tick.Stop()
 			seq := 0
 			for {
-				seq++
-				corr := fmt.Sprintf("%s-%d", m.user, seq)
-				inflight.Add(1)
-				r.sent.Add(1)
-				go func() {
-					defer inflight.Done()
-					ts := strconv.FormatInt(time.Now().UnixNano(), 10)
-					body := ts + "|" + pad[:cfg.BodyBytes-len(ts)-1]
-					// Sends are retried by the client (same correlationId)
-					// until accepted or the drain ends.
-					sctx, cancel := context.WithTimeout(ctx, cfg.Duration+cfg.Drain)
-					defer cancel()
-					acc, err := m.c.SendWithID(sctx, m.chat, corr, body)
-					if err != nil {
-						code := client.CodeOf(err)
-						if code == "" {
-							code = "gave-up" // still unanswered when the run's deadline passed
-						}
-						r.errMu.Lock()
-						r.errs[code]++
-						r.errMu.Unlock()
-						return
-					}
-					r.accMu.Lock()
-					r.acc[acc.MessageID] = accepted{chat: m.chat, sender: m.idx}
-					r.accMu.Unlock()
-				}()
+				// A burst of cfg.Window sends, all in flight at once; the
+				// next burst waits for every answer of this one.
+				var burst sync.WaitGroup
+				for range cfg.Window {
+					seq++
+					corr := fmt.Sprintf("%s-%d", m.user, seq)
+					inflight.Add(1)
+					burst.Add(1)
+					r.sent.Add(1)
+					go func() {
+						defer inflight.Done()
+						defer burst.Done()
+						r.sendOne(ctx, m, corr, pad)
+					}()
+				}
+				if cfg.Window > 1 {
+					burst.Wait()
+				}
 				select {
 				case <-sendCtx.Done():
 					return
@@ -635,6 +719,50 @@ func (r *run) drive(ctx context.Context) *Report {
 	rep := r.report(ctx, sendPhase)
 	rep.StuckResynced = resynced
 	return rep
+}
+
+// sendOne sends one message for m with correlationId corr and records the
+// outcome. The client retries the send (same correlationId) until it is
+// accepted or the run's deadline passes.
+func (r *run) sendOne(ctx context.Context, m *member, corr, pad string) {
+	cfg := r.cfg
+	ts := strconv.FormatInt(time.Now().UnixNano(), 10)
+	body := ts + "|" + pad[:cfg.BodyBytes-len(ts)-1]
+	sctx, cancel := context.WithTimeout(ctx, cfg.Duration+cfg.Drain)
+	defer cancel()
+	acc, err := m.c.SendWithID(sctx, m.chat, corr, body)
+	if err != nil {
+		code := client.CodeOf(err)
+		if code == "" {
+			code = "gave-up" // still unanswered when the run's deadline passed
+		}
+		r.errMu.Lock()
+		r.errs[code]++
+		r.errMu.Unlock()
+		return
+	}
+	r.accMu.Lock()
+	r.acc[acc.MessageID] = accepted{chat: m.chat, sender: m.idx}
+	r.accMu.Unlock()
+}
+
+// sends reports whether m is one of its chat's senders (Config.Senders).
+func (r *run) sends(m *member) bool {
+	if m.chat == "" {
+		return false
+	}
+	if r.cfg.Senders == 0 {
+		return true
+	}
+	return slices.Index(r.chats[m.chat], m.idx) < r.cfg.Senders
+}
+
+// sendersPerChat is the number of members of each chat that send.
+func (r *run) sendersPerChat() int {
+	if r.cfg.Senders == 0 {
+		return r.cfg.GroupSize
+	}
+	return r.cfg.Senders
 }
 
 // resyncStuck makes every stuck client do its final resync: it reads its
@@ -778,6 +906,7 @@ func (r *run) report(ctx context.Context, sendPhase time.Duration) *Report {
 		rep.Frames += st.MessageFrames
 		rep.Duplicates += st.DuplicateFrames
 		rep.Reconnects += st.Reconnects
+		rep.FromHistory += st.FromHistory
 		switch m.kind {
 		case stuckClient:
 			rep.StuckClients++
@@ -786,6 +915,9 @@ func (r *run) report(ctx context.Context, sendPhase time.Duration) *Report {
 		}
 		if m.kind != stuckClient {
 			healthyFrames += st.MessageFrames
+		}
+		if m.kind == normalClient {
+			rep.HealthyReconnects += st.Reconnects
 		}
 	}
 	for _, a := range acc {
@@ -824,7 +956,9 @@ func (r *run) report(ctx context.Context, sendPhase time.Duration) *Report {
 		rep.LatencyCrossP50, rep.LatencyCrossP99 = quantile(cross, 0.50), quantile(cross, 0.99)
 	}
 	rep.OutboxFinal = r.target.outboxDepth(ctx)
-	rep.Withdrawals = r.target.withdrawals(ctx)
+	rep.Withdrawals, rep.Rebuilds, rep.Deferred, rep.Redeliveries = r.target.deliveryTotals(ctx)
+	rep.Senders, rep.Window, rep.IndexFault = r.sendersPerChat(), cfg.Window, cfg.IndexFault
+	rep.IndexFaults = int(r.faults.Load())
 	return rep
 }
 

@@ -48,7 +48,12 @@ func startTargets(ctx context.Context, cfg Config, runID string) (*fleet, error)
 			os.RemoveAll(dir)
 			return nil, fmt.Errorf("loadgen: start in-process server: %w", err)
 		}
-		return &fleet{targets: []target{&cleanup{target: &local{srv: srv}, dir: dir}}}, nil
+		f := &fleet{targets: []target{&cleanup{target: &local{srv: srv}, dir: dir}}}
+		if isRedisIndex(sc.Index, nil) {
+			// For the flush fault; the keys are the caller's prefix.
+			f.redisURL, f.redisPrefix, f.keepKeys = sc.Index, sc.IndexPrefix, true
+		}
+		return f, nil
 	}
 	secret := randomSecret()
 	f := &fleet{}
@@ -128,6 +133,7 @@ func TuningArgs(t config.Tuning) []string {
 		"--lease=" + t.Lease.String(),
 		"--max-delivery-attempts=" + strconv.Itoa(t.MaxDeliveryAttempts),
 		"--max-pending=" + strconv.Itoa(t.MaxPending),
+		"--pending-timeout=" + t.PendingTimeout.String(),
 		"--reconnect-grace=" + t.ReconnectGrace.String(),
 		"--ping-interval=" + t.PingInterval.String(),
 		"--ping-timeout=" + t.PingTimeout.String(),

@@ -59,7 +59,19 @@ type Metrics struct {
 	connections  prometheus.Counter
 	reconnects   prometheus.Counter
 	readReceipts prometheus.Counter
+	readFailed   *prometheus.CounterVec
 }
+
+// Reasons of tetra_read_receipts_failed_total.
+const (
+	// ReasonInvalid: the store refused the receipt (a rule it breaks); the
+	// other receipts of its batch were saved.
+	ReasonInvalid = "invalid"
+	// ReasonUnavailable: the store failed; the receipt's batch was dropped.
+	ReasonUnavailable = "unavailable"
+	// ReasonOverloaded: the read-receipt queue was full; never queued.
+	ReasonOverloaded = "overloaded"
+)
 
 // New builds the metrics with a scrape-time snapshot source.
 func New(snapshot func(ctx context.Context) (Snapshot, error)) *Metrics {
@@ -81,8 +93,9 @@ func New(snapshot func(ctx context.Context) (Snapshot, error)) *Metrics {
 	m.connections = prometheus.NewCounter(prometheus.CounterOpts{Name: "tetra_connections_opened_total", Help: "WebSocket connections that completed hello."})
 	m.reconnects = prometheus.NewCounter(prometheus.CounterOpts{Name: "tetra_reconnects_total", Help: "Connections of a (user, device) this process had seen connected before."})
 	m.readReceipts = prometheus.NewCounter(prometheus.CounterOpts{Name: "tetra_read_receipts_total", Help: "Read receipts saved."})
+	m.readFailed = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tetra_read_receipts_failed_total", Help: "Read receipts dropped (their sender got an error frame), by reason: invalid (refused by the store; the rest of the batch was saved), unavailable (the store failed), overloaded (the queue was full)."}, []string{"reason"})
 	for _, c := range []prometheus.Collector{m.accepted, m.duplicates, m.shed, m.acceptLat, m.deliveryLat, m.batchSize, m.commitDur,
-		m.commitFail, m.connections, m.reconnects, m.readReceipts} {
+		m.commitFail, m.connections, m.reconnects, m.readReceipts, m.readFailed} {
 		f(c)
 	}
 	// Every label value the docs list exists from the start, at 0, so a
@@ -90,6 +103,9 @@ func New(snapshot func(ctx context.Context) (Snapshot, error)) *Metrics {
 	// not a quiet server. The codes are PROTOCOL.md §3's send errors.
 	for _, code := range []string{"invalid", "forbidden", "not_found", "too_large", "rate_limited", "credit_exhausted", "overloaded"} {
 		m.shed.WithLabelValues(code)
+	}
+	for _, r := range []string{ReasonInvalid, ReasonUnavailable, ReasonOverloaded} {
+		m.readFailed.WithLabelValues(r)
 	}
 	for _, path := range []string{"fast", "poll"} {
 		m.deliveryLat.WithLabelValues(path)
@@ -147,6 +163,10 @@ func (m *Metrics) Connection(reconnect bool) {
 // ReadReceipts records n saved read receipts.
 func (m *Metrics) ReadReceipts(n int) { m.readReceipts.Add(float64(n)) }
 
+// ReadReceiptFailed records one dropped read receipt; reason is
+// ReasonInvalid, ReasonUnavailable or ReasonOverloaded.
+func (m *Metrics) ReadReceiptFailed(reason string) { m.readFailed.WithLabelValues(reason).Inc() }
+
 var (
 	dConnected    = prometheus.NewDesc("tetra_connected_clients", "WebSocket connections registered for live delivery.", nil, nil)
 	dDeliveries   = prometheus.NewDesc("tetra_deliveries_total", "Message frames queued on sockets, by path: fast, poll (first sends) and redelivery (after a lease expired).", []string{"path"}, nil)
@@ -156,11 +176,13 @@ var (
 	dReaped       = prometheus.NewDesc("tetra_owners_reaped_total", "Processes sharing the Redis index whose heartbeat lapsed and whose index state this process reaped.", nil, nil)
 	dGCDeleted    = prometheus.NewDesc("tetra_gc_deleted_rows_total", "Outbox rows deleted by the waterline GC.", nil, nil)
 	dGCPasses     = prometheus.NewDesc("tetra_gc_passes_total", "Waterline GC passes.", nil, nil)
-	dRebuilds     = prometheus.NewDesc("tetra_index_rebuilds_total", "Waterline index rebuilds from the outbox, by reason (cold-start, identity-changed, requested).", []string{"reason"}, nil)
+	dRebuilds     = prometheus.NewDesc("tetra_index_rebuilds_total", "Waterline index rebuilds (from each connection's push window), by reason (cold-start, identity-changed, requested).", []string{"reason"}, nil)
 	dSafeLine     = prometheus.NewDesc("tetra_safe_delete_line", "Last safe-delete line (outbox position) per partition.", []string{"partition"}, nil)
 	dDepth        = prometheus.NewDesc("tetra_outbox_depth_rows", "Rows in the outbox, per partition.", []string{"partition"}, nil)
 	dOldest       = prometheus.NewDesc("tetra_outbox_oldest_age_seconds", "Age of the oldest outbox row (0 when empty): the one to alarm on.", nil, nil)
 	dInbound      = prometheus.NewDesc("tetra_inbound_queue_messages", "Sends waiting for the group commit.", nil, nil)
+	dDeferred     = prometheus.NewDesc("tetra_push_window_deferred_total", "Sends left waiting in the outbox because the connection's push window (max-pending unacknowledged frames) was full; they go as acknowledgements free it.", nil, nil)
+	dBehind       = prometheus.NewDesc("tetra_connections_behind", "Connections with messages waiting behind a full push window.", nil, nil)
 	dEnqFail      = prometheus.NewDesc("tetra_socket_queue_full_total", "Frames not queued because a connection's outbound queue was full (re-delivered after the lease).", nil, nil)
 	dReloads      = prometheus.NewDesc("tetra_tuning_reloads_total", "Live tuning changes applied from the tuning directory.", nil, nil)
 	dScrapeErrors = prometheus.NewDesc("tetra_scrape_errors_total", "Scrapes that could not read the outbox (their outbox gauges are missing).", nil, nil)
@@ -180,7 +202,7 @@ type scrape struct {
 
 func (s *scrape) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{dConnected, dDeliveries, dShedFast, dAcks, dWithdrawals, dReaped, dGCDeleted, dGCPasses,
-		dRebuilds, dSafeLine, dDepth, dOldest, dInbound, dEnqFail, dReloads, dScrapeErrors,
+		dRebuilds, dSafeLine, dDepth, dOldest, dInbound, dDeferred, dBehind, dEnqFail, dReloads, dScrapeErrors,
 		dRelayTxns, dRelayRecords, dRelayFails, dRelayFenced, dRelayActive, dRelayCursor} {
 		ch <- d
 	}
@@ -216,6 +238,8 @@ func (s *scrape) Collect(ch chan<- prometheus.Metric) {
 		g(dSafeLine, float64(line), strconv.Itoa(int(p)))
 	}
 	g(dInbound, float64(snap.InboundQueued))
+	c(dDeferred, float64(st.Deferred))
+	g(dBehind, float64(st.Behind))
 	c(dEnqFail, float64(st.EnqueueFailures))
 	c(dReloads, float64(snap.TuningReloads))
 	if rs := snap.Relay; rs != nil {

@@ -57,4 +57,10 @@ type Log interface {
 	DeleteBelow(ctx context.Context, partition int32, pos int64) (int64, error)
 	// Stats returns the depth, head and oldest row time of partition.
 	Stats(ctx context.Context, partition int32) (Stats, error)
+	// ID names this outbox durably: the same value for every process and
+	// every restart over the same database or topic, a different one for
+	// any other. A shared waterline index (one Redis key prefix) covers
+	// exactly one outbox; processes compare IDs to refuse sharing one
+	// across two (waterline.Fleet.BindOutbox).
+	ID(ctx context.Context) (string, error)
 }

@@ -6,20 +6,25 @@ import (
 	"errors"
 	"fmt"
 	"time"
-	"unicode/utf8"
+
+	"github.com/tetra-messenger/tetra/workload/text"
 )
 
 // Frame types (PROTOCOL.md §3).
 const (
-	TypeHello    = "hello"
-	TypeSend     = "send"
-	TypeAck      = "ack"
-	TypePing     = "ping"
-	TypePong     = "pong"
-	TypeRead     = "read"
-	TypeAccepted = "accepted"
-	TypeMessage  = "message"
-	TypeError    = "error"
+	TypeHello = "hello"
+	TypeSend  = "send"
+	TypeAck   = "ack"
+	TypePing  = "ping"
+	TypePong  = "pong"
+	TypeRead  = "read"
+	// TypeRefresh (client) replaces the connection's token before it
+	// expires; TypeRefreshed (server) answers it (PROTOCOL.md §1).
+	TypeRefresh   = "refresh"
+	TypeRefreshed = "refreshed"
+	TypeAccepted  = "accepted"
+	TypeMessage   = "message"
+	TypeError     = "error"
 )
 
 // Error codes carried by error frames and HTTP error bodies (PROTOCOL.md §2, §3).
@@ -43,6 +48,7 @@ const (
 	CloseAttempts   = 4002 // withdrawn: unacknowledged past max-delivery-attempts
 	ClosePending    = 4003 // withdrawn: more than max-pending unacknowledged
 	CloseIdle       = 4004 // no answer to pings
+	CloseExpired    = 4005 // the connection's token expired (PROTOCOL.md §1)
 	CloseGoingAway  = 1001 // server shutting down
 	ClosePolicy     = 1008 // too many bad frames
 	CloseTooBig     = 1009 // frame over the transport limit
@@ -54,6 +60,10 @@ type Limits struct {
 	MaxInFlightSends int `json:"maxInFlightSends"`
 	SendsPerSecond   int `json:"sendsPerSecond"`
 	PingIntervalMs   int `json:"pingIntervalMs"`
+	// MaxPending is the push window, an addition to PROTOCOL.md §3: the
+	// most message frames the server keeps unacknowledged on this
+	// connection; more are sent as acks free the window.
+	MaxPending int `json:"maxPending"`
 }
 
 // Hello is the first frame the server sends on every connection.
@@ -67,7 +77,8 @@ type Hello struct {
 
 // Send asks the server to store and deliver a message. CorrelationID is the
 // client's idempotency key: the same (sender, correlationId) answers with the
-// original messageId and stores nothing new.
+// original messageId and stores nothing new; with another chatId or body
+// than the original it is refused with CodeInvalid (PROTOCOL.md §3).
 type Send struct {
 	Type          string `json:"type"`
 	ChatID        string `json:"chatId"`
@@ -88,6 +99,21 @@ type Read struct {
 	ChatID    string `json:"chatId"`
 	UserID    string `json:"userId,omitempty"`
 	MessageID string `json:"messageId"`
+}
+
+// Refresh replaces the connection's token (PROTOCOL.md §1): a valid token
+// of the same user moves the connection's expiry to its exp (or removes
+// it); any other token is refused with CodeInvalid and changes nothing.
+type Refresh struct {
+	Type  string `json:"type"`
+	Token string `json:"token"`
+}
+
+// Refreshed answers a refresh that was applied. Exp is the new token's exp
+// in UTC; nil (the key absent) when the new token has none.
+type Refreshed struct {
+	Type string     `json:"type"`
+	Exp  *time.Time `json:"exp,omitempty"`
 }
 
 // Ping and Pong are the application-level liveness frames.
@@ -130,6 +156,10 @@ type Error struct {
 	Code          string
 	Message       string
 	CorrelationID string
+	// FrameType is the type of the refused frame when DecodeClient could
+	// read a known one (TypeSend, TypeAck, TypePing, TypeRead,
+	// TypeRefresh), else "".
+	FrameType string
 }
 
 func (e *Error) Error() string { return e.Code + ": " + e.Message }
@@ -155,6 +185,7 @@ func CodeOf(err error) string {
 const (
 	MaxIDLen       = 128 // chatId, messageId, correlationId, in bytes
 	MaxAckIDs      = 1024
+	MaxTokenLen    = 4096 // bytes of a refresh frame's token (as auth accepts)
 	DefaultMaxBody = 4096
 	TransportLimit = 64 << 10 // bytes: larger frames close the socket with 1009
 )
@@ -162,23 +193,34 @@ const (
 // ClientFrame is a decoded client-to-server frame: exactly one of the
 // pointers is set.
 type ClientFrame struct {
-	Send *Send
-	Ack  *Ack
-	Ping *Ping
-	Read *Read
+	Send    *Send
+	Ack     *Ack
+	Ping    *Ping
+	Read    *Read
+	Refresh *Refresh
 }
 
 // DecodeClient parses one client frame. maxBody is the body limit in bytes
 // (UTF-8); a longer body gives CodeTooLarge. Errors are *Error with code
 // CodeInvalid or CodeTooLarge; when the frame was a send whose correlationId
-// could be read, the error carries it so the answer can name it.
+// could be read, the error carries it so the answer can name it, and
+// FrameType names a known frame type. Ids and
+// bodies holding U+0000 are CodeInvalid (PROTOCOL.md §3; package text).
 // DecodeClient never panics, whatever the input.
-func DecodeClient(data []byte, maxBody int) (ClientFrame, error) {
-	var f ClientFrame
+func DecodeClient(data []byte, maxBody int) (f ClientFrame, err error) {
 	var head struct {
 		Type          string `json:"type"`
 		CorrelationID any    `json:"correlationId"`
 	}
+	defer func() {
+		var pe *Error
+		if errors.As(err, &pe) {
+			switch head.Type {
+			case TypeSend, TypeAck, TypePing, TypeRead, TypeRefresh:
+				pe.FrameType = head.Type
+			}
+		}
+	}()
 	if !json.Valid(data) {
 		return f, Errorf(CodeInvalid, "frame is not valid JSON")
 	}
@@ -207,15 +249,15 @@ func DecodeClient(data []byte, maxBody int) (ClientFrame, error) {
 		case s.CorrelationID == "":
 			return fail(CodeInvalid, "send: correlationId is required")
 		case !validID(s.CorrelationID):
-			return fail(CodeInvalid, "send: correlationId must be 1..%d bytes of valid UTF-8", MaxIDLen)
+			return fail(CodeInvalid, "send: correlationId must be 1..%d bytes of valid UTF-8 without U+0000", MaxIDLen)
 		case s.ChatID == "":
 			return fail(CodeInvalid, "send: chatId is required")
 		case !validID(s.ChatID):
-			return fail(CodeInvalid, "send: chatId must be 1..%d bytes of valid UTF-8", MaxIDLen)
+			return fail(CodeInvalid, "send: chatId must be 1..%d bytes of valid UTF-8 without U+0000", MaxIDLen)
 		case s.Body == "":
 			return fail(CodeInvalid, "send: body is required")
-		case !utf8.ValidString(s.Body):
-			return fail(CodeInvalid, "send: body must be valid UTF-8")
+		case !text.Valid(s.Body):
+			return fail(CodeInvalid, "send: body must be valid UTF-8 without U+0000")
 		case maxBody > 0 && len(s.Body) > maxBody:
 			return fail(CodeTooLarge, "send: body is %d bytes, the limit is %d", len(s.Body), maxBody)
 		}
@@ -233,7 +275,7 @@ func DecodeClient(data []byte, maxBody int) (ClientFrame, error) {
 		}
 		for _, id := range a.MessageIDs {
 			if !validID(id) {
-				return f, Errorf(CodeInvalid, "ack: each messageId must be 1..%d bytes of valid UTF-8", MaxIDLen)
+				return f, Errorf(CodeInvalid, "ack: each messageId must be 1..%d bytes of valid UTF-8 without U+0000", MaxIDLen)
 			}
 		}
 		f.Ack = &a
@@ -245,10 +287,19 @@ func DecodeClient(data []byte, maxBody int) (ClientFrame, error) {
 			return f, Errorf(CodeInvalid, "read: %s", fieldError(err))
 		}
 		if !validID(r.ChatID) || !validID(r.MessageID) {
-			return f, Errorf(CodeInvalid, "read: chatId and messageId are required (1..%d bytes)", MaxIDLen)
+			return f, Errorf(CodeInvalid, "read: chatId and messageId are required: 1..%d bytes of valid UTF-8 without U+0000", MaxIDLen)
 		}
 		r.UserID = "" // set by the server, never trusted from a client
 		f.Read = &r
+	case TypeRefresh:
+		var r Refresh
+		if err := json.Unmarshal(data, &r); err != nil {
+			return f, Errorf(CodeInvalid, "refresh: %s", fieldError(err))
+		}
+		if r.Token == "" || len(r.Token) > MaxTokenLen {
+			return f, Errorf(CodeInvalid, "refresh: token is required (1..%d bytes)", MaxTokenLen)
+		}
+		f.Refresh = &r
 	case "":
 		return f, Errorf(CodeInvalid, "frame has no type")
 	default:
@@ -257,8 +308,11 @@ func DecodeClient(data []byte, maxBody int) (ClientFrame, error) {
 	return f, nil
 }
 
+// validID reports whether s is an id the wire accepts: 1..MaxIDLen bytes of
+// valid UTF-8 without U+0000 (text.Valid, the rule every store applies too:
+// PROTOCOL.md §3).
 func validID(s string) bool {
-	return s != "" && len(s) <= MaxIDLen && utf8.ValidString(s)
+	return s != "" && len(s) <= MaxIDLen && text.Valid(s)
 }
 
 func fieldError(err error) string {

@@ -51,6 +51,20 @@ func TestDecodeClient(t *testing.T) {
 		{name: "ack empty", in: `{"type":"ack","messageIds":[]}`, code: CodeInvalid},
 		{name: "ack empty id", in: `{"type":"ack","messageIds":[""]}`, code: CodeInvalid},
 		{name: "read missing messageId", in: `{"type":"read","chatId":"c"}`, code: CodeInvalid},
+		// U+0000 anywhere a client puts text (PROTOCOL.md §3; issue 13).
+		{name: "send body with NUL", in: `{"type":"send","chatId":"c","correlationId":"k","body":"a\u0000b"}`, code: CodeInvalid, corr: "k"},
+		{name: "send chatId with NUL", in: `{"type":"send","chatId":"c\u0000","correlationId":"k","body":"x"}`, code: CodeInvalid, corr: "k"},
+		{name: "send correlationId with NUL", in: `{"type":"send","chatId":"c","correlationId":"k\u0000","body":"x"}`, code: CodeInvalid},
+		{name: "ack id with NUL", in: `{"type":"ack","messageIds":["a\u0000"]}`, code: CodeInvalid},
+		{name: "read messageId with NUL", in: `{"type":"read","chatId":"c","messageId":"x\u0000y"}`, code: CodeInvalid},
+		{name: "refresh", in: `{"type":"refresh","token":"a.b.c"}`, check: func(t *testing.T, f ClientFrame) {
+			if f.Refresh == nil || f.Refresh.Token != "a.b.c" {
+				t.Fatalf("refresh decoded as %+v", f.Refresh)
+			}
+		}},
+		{name: "refresh without token", in: `{"type":"refresh"}`, code: CodeInvalid},
+		{name: "refresh token not a string", in: `{"type":"refresh","token":1}`, code: CodeInvalid},
+		{name: "read chatId with NUL", in: `{"type":"read","chatId":"\u0000","messageId":"m"}`, code: CodeInvalid},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -158,5 +172,22 @@ func BenchmarkEncodeMessage(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		_ = Encode(m)
+	}
+}
+
+// A refused frame of a known type says which type it was (the server counts
+// refused read receipts by it).
+func TestDecodeErrorNamesTheFrameType(t *testing.T) {
+	for in, want := range map[string]string{
+		`{"type":"read","chatId":"c","messageId":"x\u0000"}`: TypeRead,
+		`{"type":"send","chatId":"c"}`:                       TypeSend,
+		`{"type":"nuke"}`:                                    "",
+		`not json`:                                           "",
+	} {
+		_, err := DecodeClient([]byte(in), DefaultMaxBody)
+		pe, ok := err.(*Error)
+		if !ok || pe.FrameType != want {
+			t.Errorf("DecodeClient(%s) = %#v, want an *Error with FrameType %q", in, err, want)
+		}
 	}
 }

@@ -2,7 +2,9 @@ package server_test
 
 import (
 	"encoding/json"
+	"io"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -59,6 +61,23 @@ func TestE2EAdminEndpoints(t *testing.T) {
 		}
 		if _, ok := body["outboxDepth"]; !ok {
 			t.Fatalf("stats lacks outboxDepth: %v", body)
+		}
+		// Runtime profiles, behind the same admin token.
+		for _, tok := range []string{"", e.token("alice")} {
+			if code, _ := do("GET", "/debug/pprof/heap?debug=1", tok); code != http.StatusUnauthorized {
+				t.Errorf("pprof with token %.10q: %d, want 401", tok, code)
+			}
+		}
+		req, _ := http.NewRequest("GET", e.srv.URL()+"/debug/pprof/heap?debug=1", nil)
+		req.Header.Set("Authorization", "Bearer "+admin)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(raw), "heap profile") {
+			t.Fatalf("pprof heap with the admin token: %d %.80s", resp.StatusCode, raw)
 		}
 	})
 }

@@ -96,6 +96,7 @@ func (s *Server) adminPageRoutes(mux *http.ServeMux) {
 	}))
 	s.bg.Add(1)
 	go s.sampleLoop(ring)
+	s.pprofRoutes(mux)
 }
 
 // sampleLoop records a sample every seriesInterval. It checks for shutdown

@@ -10,11 +10,11 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/tetra-messenger/tetra/workload/auth"
 	"github.com/tetra-messenger/tetra/workload/history"
 	"github.com/tetra-messenger/tetra/workload/protocol"
+	"github.com/tetra-messenger/tetra/workload/text"
 )
 
 // History page limits (PROTOCOL.md §4).
@@ -78,31 +78,6 @@ func recoverer(s *Server, next http.Handler) http.Handler {
 		}()
 		next.ServeHTTP(w, r)
 	})
-}
-
-func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
-	if s.draining.Load() || s.unready.Load() {
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "draining"})
-		return
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-	defer cancel()
-	checks := map[string]string{"store": "ok", "index": "ok"}
-	status := http.StatusOK
-	if err := s.store.Ping(ctx); err != nil {
-		checks["store"], status = err.Error(), http.StatusServiceUnavailable
-	}
-	if _, err := s.index.Stats(ctx); err != nil {
-		checks["index"], status = err.Error(), http.StatusServiceUnavailable
-	}
-	if s.kafkaLog != nil {
-		// The outbox topic's head: a metadata and a ListOffsets round trip.
-		checks["outbox"] = "ok"
-		if _, err := s.outbox.Head(ctx, 0); err != nil {
-			checks["outbox"], status = err.Error(), http.StatusServiceUnavailable
-		}
-	}
-	writeJSON(w, status, checks)
 }
 
 // bearer extracts the token from "Authorization: Bearer <token>".
@@ -193,8 +168,8 @@ func (s *Server) handleCreateChat(w http.ResponseWriter, r *http.Request, user s
 		}
 		writeJSON(w, status, toChatJSON(chat))
 	case history.KindGroup:
-		if len(req.Title) > 200 || !utf8.ValidString(req.Title) {
-			writeError(w, protocol.CodeInvalid, "title must be at most 200 bytes of UTF-8")
+		if len(req.Title) > 200 || !text.Valid(req.Title) {
+			writeError(w, protocol.CodeInvalid, "title must be at most 200 bytes of UTF-8 without U+0000")
 			return
 		}
 		if len(req.Members) > 1000 {
@@ -234,14 +209,16 @@ func (s *Server) handleListChats(w http.ResponseWriter, r *http.Request, user st
 	writeJSON(w, http.StatusOK, map[string]any{"chats": out})
 }
 
+// validChatID applies the wire's id rule (PROTOCOL.md §3, package text) to
+// a chat id in a path.
 func validChatID(id string) bool {
-	return id != "" && len(id) <= protocol.MaxIDLen && utf8.ValidString(id)
+	return text.ID("chatId", id, protocol.MaxIDLen) == nil
 }
 
 func (s *Server) handleAddMember(w http.ResponseWriter, r *http.Request, user string) {
 	chatID := r.PathValue("chatId")
 	if !validChatID(chatID) {
-		writeError(w, protocol.CodeInvalid, "bad chat id")
+		writeError(w, protocol.CodeInvalid, "chatId must be 1..128 bytes of valid UTF-8 without U+0000")
 		return
 	}
 	var req struct {
@@ -266,7 +243,7 @@ func (s *Server) handleAddMember(w http.ResponseWriter, r *http.Request, user st
 func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request, user string) {
 	chatID := r.PathValue("chatId")
 	if !validChatID(chatID) {
-		writeError(w, protocol.CodeInvalid, "bad chat id")
+		writeError(w, protocol.CodeInvalid, "chatId must be 1..128 bytes of valid UTF-8 without U+0000")
 		return
 	}
 	q := r.URL.Query()
@@ -283,7 +260,7 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request, user str
 		limit = int(min(n, MaxPageLimit))
 	}
 	since := q.Get("since")
-	if len(since) > protocol.MaxIDLen || !utf8.ValidString(since) {
+	if len(since) > protocol.MaxIDLen || !text.Valid(since) {
 		since = "" // unresolvable: full sync (PROTOCOL.md §4)
 	}
 	ok, err := s.chats.isMember(r.Context(), chatID, user)

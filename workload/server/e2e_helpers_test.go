@@ -115,6 +115,22 @@ func backends(t *testing.T) []backend {
 	}
 }
 
+// customBackend is a backend of one test's own: the default configuration
+// on 127.0.0.1:0 with a data directory for t, then set, then the mutate of
+// newEnv.
+func customBackend(name string, set func(*server.Config)) backend {
+	return backend{name: name, start: func(t *testing.T, mutate func(*server.Config)) *server.Server {
+		t.Helper()
+		cfg := server.DefaultConfig()
+		cfg.Addr, cfg.DataDir = "127.0.0.1:0", t.TempDir()
+		set(&cfg)
+		if mutate != nil {
+			mutate(&cfg)
+		}
+		return startServer(t, cfg)
+	}}
+}
+
 // forEachBackend runs fn as a parallel subtest per backend.
 func forEachBackend(t *testing.T, fn func(t *testing.T, b backend)) {
 	t.Helper()

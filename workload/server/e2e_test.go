@@ -32,11 +32,12 @@ type limitsJSON struct {
 	MaxInFlightSends int `json:"maxInFlightSends"`
 	SendsPerSecond   int `json:"sendsPerSecond"`
 	PingIntervalMs   int `json:"pingIntervalMs"`
+	MaxPending       int `json:"maxPending"` // an addition: the push window (docs/PROTOCOL.md)
 }
 
 func limitsOf(t testing.TB, hello frame) limitsJSON {
 	t.Helper()
-	expectKeys(t, "hello limits", hello.Limits, "maxBodyBytes", "maxInFlightSends", "sendsPerSecond", "pingIntervalMs")
+	expectKeys(t, "hello limits", hello.Limits, "maxBodyBytes", "maxInFlightSends", "sendsPerSecond", "pingIntervalMs", "maxPending")
 	return decode[limitsJSON](t, hello.Limits)
 }
 
@@ -50,8 +51,9 @@ func TestE2EHello(t *testing.T) {
 			c.Tuning.MaxInFlightSends = 7
 			c.Tuning.SendsPerSecond = 33
 			c.Tuning.PingInterval = 250 * time.Millisecond
+			c.Tuning.MaxPending = 11
 		})
-		want := limitsJSON{MaxBodyBytes: 1234, MaxInFlightSends: 7, SendsPerSecond: 33, PingIntervalMs: 250}
+		want := limitsJSON{MaxBodyBytes: 1234, MaxInFlightSends: 7, SendsPerSecond: 33, PingIntervalMs: 250, MaxPending: 11}
 
 		phone := e.dial("alice", dialOpts{device: "phone"})
 		h := phone.hello
@@ -286,15 +288,25 @@ func TestE2EIdempotentSend(t *testing.T) {
 
 		first := alice.sendOK(chat.ChatID, "dup-1", "one")
 		again := alice.sendOK(chat.ChatID, "dup-1", "one")
-		changed := alice.sendOK(chat.ChatID, "dup-1", "a different body")
-		for _, f := range []frame{again, changed} {
-			if f.MessageID != first.MessageID || f.ChatID != chat.ChatID {
-				t.Errorf("repeat of dup-1 answered %s, want messageId %s", f, first.MessageID)
-			}
-			if f.SentAt != first.SentAt {
-				t.Errorf("repeat of dup-1 has sentAt %s, the original %s", f.SentAt, first.SentAt)
-			}
+		if again.MessageID != first.MessageID || again.ChatID != chat.ChatID {
+			t.Errorf("repeat of dup-1 answered %s, want messageId %s", again, first.MessageID)
 		}
+		if again.SentAt != first.SentAt {
+			t.Errorf("repeat of dup-1 has sentAt %s, the original %s", again.SentAt, first.SentAt)
+		}
+		// The key with another body, or for another chat, is refused and
+		// stores nothing (§3: an idempotency key names one message).
+		// Before, both were answered accepted with the original messageId
+		// and carol, the other chat's member, got nothing (issue 13, point
+		// 3).
+		alice.sendErr(chat.ChatID, "dup-1", "a different body", "invalid")
+		other := e.createDirect("alice", "carol")
+		carol := e.dial("carol", dialOpts{})
+		alice.sendErr(other.ChatID, "dup-1", "one", "invalid")
+		if got := e.history("carol", other.ChatID, ""); len(got) != 0 {
+			t.Errorf("carol's chat holds %v, want nothing", ids(got))
+		}
+		carol.expectNone("a message for a reused key", isType("message"), quiet)
 
 		// Three copies pipelined: they may share one commit batch.
 		for range 3 {
@@ -966,27 +978,31 @@ func TestE2EReaperAttempts(t *testing.T) {
 	})
 }
 
-// §3 close 4003: more unacknowledged messages than max-pending.
+// §3 close 4003: too many unacknowledged messages. The server never has
+// more than max-pending message frames unacknowledged on a connection (the
+// push window, hello.limits.maxPending); a client that keeps it full, with
+// more waiting, for longer than pending-timeout is withdrawn.
 func TestE2EReaperPending(t *testing.T) {
 	t.Parallel()
 	forEachBackend(t, func(t *testing.T, b backend) {
 		e := newEnv(t, b, func(c *server.Config) {
 			c.Tuning.MaxPending = 3
+			c.Tuning.PendingTimeout = 500 * time.Millisecond
 			c.Tuning.Lease = 30 * time.Second
 		})
 		chat := e.createDirect("alice", "bob")
 		alice := e.dial("alice", dialOpts{})
 		bob := e.dial("bob", dialOpts{})
+		if got := limitsOf(t, bob.hello).MaxPending; got != 3 {
+			t.Errorf("hello.limits.maxPending = %d, want the configured 3", got)
+		}
 		var sent []string
 		for i := range 5 {
 			sent = append(sent, alice.sendOK(chat.ChatID, fmt.Sprint("p-", i), "pile up").MessageID)
 		}
 		bob.expectClose(protocolPending)
-		// The overload reaper judges the pending count at the poller's
-		// tick, so bob may hold all five when it fires; he must have held
-		// more than max-pending.
-		if n := bob.count(isType("message")); n <= 3 {
-			t.Errorf("bob got %d messages before 4003, want more than max-pending = 3", n)
+		if n := bob.count(isType("message")); n != 3 {
+			t.Errorf("bob got %d messages before 4003, want exactly the window of max-pending = 3", n)
 		}
 		alice.sync()
 		bob = e.dial("bob", dialOpts{})
@@ -1004,6 +1020,7 @@ func TestE2EReconnectGrace(t *testing.T) {
 		const grace = 4 * time.Second
 		e := newEnv(t, b, func(c *server.Config) {
 			c.Tuning.MaxPending = 2
+			c.Tuning.PendingTimeout = 200 * time.Millisecond
 			c.Tuning.ReconnectGrace = grace
 			c.Tuning.Lease = 30 * time.Second
 		})
@@ -1015,16 +1032,16 @@ func TestE2EReconnectGrace(t *testing.T) {
 		for i := range 4 {
 			sent = append(sent, alice.sendOK(chat.ChatID, fmt.Sprint("g-", i), "within the grace").MessageID)
 		}
-		for _, id := range sent {
+		for _, id := range sent[:2] {
 			bob.next("a message", messageID(id))
 		}
-		bob.sync() // 4 unacknowledged > max-pending 2, still open
+		time.Sleep(400 * time.Millisecond) // behind a full window, past pending-timeout
+		bob.sync()                         // still open
 		if age := time.Since(dialed); age >= grace {
 			t.Fatalf("inconclusive: the checks took %v, longer than the grace %v", age, grace)
 		}
-		// Past the grace, the next delivery applies the reaper.
+		// Past the grace, the reaper applies.
 		time.Sleep(time.Until(dialed.Add(grace + 100*time.Millisecond)))
-		alice.sendOK(chat.ChatID, "g-late", "past the grace")
 		bob.expectClose(protocolPending)
 	})
 }

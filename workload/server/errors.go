@@ -4,9 +4,11 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"strings"
 
 	"github.com/tetra-messenger/tetra/workload/history"
 	"github.com/tetra-messenger/tetra/workload/protocol"
+	"github.com/tetra-messenger/tetra/workload/text"
 )
 
 // codeOf maps a store error to the contract's error code (PROTOCOL.md §3).
@@ -22,6 +24,30 @@ func codeOf(err error) string {
 		return protocol.CodeOverloaded
 	}
 	return protocol.CodeOf(err)
+}
+
+// sentinelPrefixes are the "package: sentinel: " heads that wrapping adds
+// to store and rule errors; clients get the rest (which says what was
+// wrong) and the code.
+var sentinelPrefixes = []string{
+	history.ErrInvalid.Error() + ": ", history.ErrNotFound.Error() + ": ",
+	history.ErrNotMember.Error() + ": ", text.ErrInvalid.Error() + ": ",
+}
+
+// clientMessage is err's text for a client: without the sentinel prefixes
+// (the code already says it), so "history: invalid: invalid text: body
+// contains U+0000" reads "body contains U+0000".
+func clientMessage(err error) string {
+	msg := err.Error()
+	for again := true; again; {
+		again = false
+		for _, p := range sentinelPrefixes {
+			if strings.HasPrefix(msg, p) {
+				msg, again = msg[len(p):], true
+			}
+		}
+	}
+	return msg
 }
 
 // statusOf maps a contract code to the HTTP status of PROTOCOL.md §2.
@@ -60,7 +86,7 @@ func writeError(w http.ResponseWriter, code, msg string) {
 // "unavailable" without leaking internals.
 func writeStoreError(w http.ResponseWriter, err error) {
 	code := codeOf(err)
-	msg := err.Error()
+	msg := clientMessage(err)
 	if code == protocol.CodeOverloaded || errors.Is(err, history.ErrUnavailable) {
 		code, msg = protocol.CodeUnavailable, "the store is unavailable; retry later"
 	}

@@ -34,15 +34,11 @@ func TestE2EStoreAndIndexOutageWhileRunning(t *testing.T) {
 	pgURL, pg := throughProxy(t, testenv.Postgres(t))
 	redisURL, prefix := testenv.Redis(t)
 	redisURL, rd := throughProxy(t, redisURL)
-	e := newEnv(t, backend{name: "postgres+redis via proxies", start: func(t *testing.T, mutate func(*server.Config)) *server.Server {
-		cfg := server.DefaultConfig()
-		cfg.Addr, cfg.DataDir = "127.0.0.1:0", t.TempDir()
+	e := newEnv(t, customBackend("postgres+redis via proxies", func(cfg *server.Config) {
 		cfg.Store, cfg.Index, cfg.IndexPrefix = pgURL, redisURL, prefix
-		cfg.Ingest.CommitTimeout = 2 * time.Second
+		cfg.Ingest.StoreTimeout = 2 * time.Second
 		cfg.Delivery.StoreTimeout = time.Second
-		mutate(&cfg)
-		return startServer(t, cfg)
-	}}, nil)
+	}), nil)
 	chat := e.createDirect("alice", "bob")
 	alice := e.dial("alice", dialOpts{})
 	bob := e.dial("bob", dialOpts{})
@@ -136,16 +132,12 @@ func TestE2ERestartWipesTheCrashedOwnersPins(t *testing.T) {
 	if err := stale.MarkPrimed(ctx, id); err != nil {
 		t.Fatal(err)
 	}
-	if line, ok, _ := stale.SafeLine(ctx, 0); !ok || line != 1 {
+	if line, ok, _ := stale.SafeLine(ctx, 0, id); !ok || line != 1 {
 		t.Fatalf("setup: ghost pin not in place (line %d, %v)", line, ok)
 	}
-	e := newEnv(t, backend{name: "postgres+redis", start: func(t *testing.T, mutate func(*server.Config)) *server.Server {
-		cfg := server.DefaultConfig()
-		cfg.Addr, cfg.DataDir = "127.0.0.1:0", t.TempDir()
+	e := newEnv(t, customBackend("postgres+redis", func(cfg *server.Config) {
 		cfg.Store, cfg.Index, cfg.IndexPrefix, cfg.IndexOwner = pgURL, redisURL, prefix, "pod-1"
-		mutate(&cfg)
-		return startServer(t, cfg)
-	}}, nil)
+	}), nil)
 	chat := e.createDirect("alice", "bob")
 	alice := e.dial("alice", dialOpts{})
 	for i := 0; i < 3; i++ {

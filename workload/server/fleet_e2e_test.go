@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/tetra-messenger/tetra/internal/testenv"
 	"github.com/tetra-messenger/tetra/workload/server"
+	"github.com/tetra-messenger/tetra/workload/waterline"
 )
 
 // Several processes on one PostgreSQL database and one Redis prefix, as
@@ -243,4 +245,36 @@ func TestFleetRefusesADuplicateOwner(t *testing.T) {
 	if took := time.Since(start); took > dup.Delivery.OwnerTTL {
 		t.Errorf("a start after a graceful stop waited %v for the name", took)
 	}
+}
+
+// TestFleetRefusesASharedPrefixAcrossOutboxes: two deployments (each its
+// own PostgreSQL database) on one Redis database with the same key prefix
+// would compute one waterline over two outboxes, each GC deleting rows the
+// other's clients have not acknowledged (issue 15). The second is refused
+// while the first is alive, naming --index-prefix; once the first is gone
+// the prefix may be reused, and another prefix always works.
+func TestFleetRefusesASharedPrefixAcrossOutboxes(t *testing.T) {
+	fleet := newFleet(t, 1, nil)
+	other := fleet[0].cfg
+	other.Addr = "127.0.0.1:0"
+	other.Store = testenv.Postgres(t) // another deployment's database
+	other.IndexOwner = "other-deployment-0"
+	srv, err := server.New(t.Context(), other)
+	if err == nil {
+		err = srv.Start(t.Context())
+		_ = srv.Shutdown(t.Context())
+	}
+	if !errors.Is(err, waterline.ErrPrefixTaken) || !strings.Contains(err.Error(), "--index-prefix") {
+		t.Fatalf("a second deployment on the same prefix: err = %v, want ErrPrefixTaken naming --index-prefix", err)
+	}
+	own := other
+	own.IndexPrefix += "own:"
+	mine := startServer(t, own) // its own prefix: fine
+	if err := mine.Shutdown(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := fleet[0].srv.Shutdown(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	startServer(t, other) // the first deployment is gone: the prefix is free
 }

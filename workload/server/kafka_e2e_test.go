@@ -22,14 +22,11 @@ func TestE2EKafkaOutageAndRestart(t *testing.T) {
 	t.Parallel()
 	fk := testenv.NewFakeKafka(t)
 	topic := "tetra-test-" + strings.ToLower(ulid.Make().String())
-	e := newEnv(t, backend{name: "sqlite+kafka with faults", start: func(t *testing.T, mutate func(*server.Config)) *server.Server {
-		cfg := server.DefaultConfig()
-		cfg.Addr, cfg.DataDir, cfg.Store, cfg.Index = "127.0.0.1:0", t.TempDir(), "sqlite", "memory"
+	e := newEnv(t, customBackend("sqlite+kafka with faults", func(cfg *server.Config) {
+		cfg.Store, cfg.Index = "sqlite", "memory"
 		cfg.Outbox = "kafka://" + strings.Join(fk.Seeds(), ",") + "/" + topic
 		cfg.Delivery.StoreTimeout = time.Second
-		mutate(&cfg)
-		return startServer(t, cfg)
-	}}, func(c *server.Config) {
+	}), func(c *server.Config) {
 		c.Tuning.GCInterval = time.Hour // keep every record, to count them at the end
 	})
 	chat := e.createGroup("alice", "g", "bob", "carol")

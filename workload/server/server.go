@@ -105,6 +105,16 @@ type Config struct {
 	OutboundQueue int
 	// WriteTimeout bounds one socket write; default 10 s.
 	WriteTimeout time.Duration
+	// StoreTimeout is the longest a send waits for its commit, from the
+	// moment it is queued; a send not committed by then is answered
+	// overloaded (--store-timeout; it sets Ingest.StoreTimeout, which it
+	// overrides). Default ingest.DefaultStoreTimeout (5 s).
+	StoreTimeout time.Duration
+	// ReadyTimeout bounds GET /readyz: the checks run at once, and one
+	// that has not answered by then counts as failed, so the probe gets
+	// its answer (503) within ReadyTimeout even when a store hangs.
+	// Default 800 ms, under the 1 s a readiness probe usually allows.
+	ReadyTimeout time.Duration
 	// ShutdownGrace bounds Shutdown's drain; default 10 s.
 	ShutdownGrace time.Duration
 	// Logger defaults to slog.Default().
@@ -118,6 +128,9 @@ type Config struct {
 	// tokens for DemoUsers to anyone. Allowed only on the embedded default
 	// without JWTSecret (CheckDemo); off otherwise.
 	Demo bool
+	// DemoTokenTTL is the lifetime of a demo token; default DemoTokenTTL
+	// (24 h). The browser tests shorten it to watch the page refresh.
+	DemoTokenTTL time.Duration
 }
 
 // DefaultConfig returns the embedded default configuration.
@@ -153,6 +166,15 @@ func (c *Config) validate() error {
 	if c.ShutdownGrace <= 0 {
 		c.ShutdownGrace = 10 * time.Second
 	}
+	if c.StoreTimeout < 0 || c.ReadyTimeout < 0 {
+		return fmt.Errorf("server: StoreTimeout (%v) and ReadyTimeout (%v) must be >= 0 (0: the default)", c.StoreTimeout, c.ReadyTimeout)
+	}
+	if c.StoreTimeout > 0 {
+		c.Ingest.StoreTimeout = c.StoreTimeout
+	}
+	if c.ReadyTimeout == 0 {
+		c.ReadyTimeout = DefaultReadyTimeout
+	}
 	if err := c.Tuning.Validate(); err != nil {
 		return fmt.Errorf("server: tuning: %w", err)
 	}
@@ -161,6 +183,9 @@ func (c *Config) validate() error {
 	}
 	return nil
 }
+
+// DefaultReadyTimeout is Config.ReadyTimeout's default.
+const DefaultReadyTimeout = 800 * time.Millisecond
 
 // Server is the messenger workload.
 type Server struct {
@@ -207,6 +232,8 @@ type Server struct {
 	stopErr  error
 
 	tuningReloads atomic.Int64
+
+	commits commitHealth // recent group-commit outcomes, for /readyz
 }
 
 // New opens the stores named by cfg, primes the waterline index and builds
@@ -257,7 +284,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		s.closer()
 		return nil, err
 	}
-	handoff := s.engine.Handoff
+	handoff := func(rs []history.Result) { s.engine.Handoff(delivery.FromResults(rs)) }
 	if s.kafkaLog != nil {
 		// The relay hands committed records to the fast path; a commit
 		// only wakes it (its results name no outbox rows).
@@ -269,8 +296,21 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		handoff = func([]history.Result) { s.relay.Wake() }
 	}
 	s.pipeline, err = ingest.New(s.store, cfg.Ingest, handoff, s.broadcastReads, ingest.Hooks{
-		Committed: s.metrics.Committed,
-		Failed:    func(int, error) { s.metrics.CommitFailed() },
+		Committed: func(n int, took time.Duration) {
+			s.metrics.Committed(n, took)
+			s.commits.succeeded()
+		},
+		Failed: func(_ int, err error) {
+			s.metrics.CommitFailed()
+			s.commits.failed(err)
+		},
+		ReadFailed: func(err error) {
+			reason := metrics.ReasonUnavailable
+			if errors.Is(err, history.ErrInvalid) {
+				reason = metrics.ReasonInvalid
+			}
+			s.metrics.ReadReceiptFailed(reason)
+		},
 	}, log)
 	if err != nil {
 		s.closer()
@@ -371,6 +411,10 @@ func (s *Server) openStores(ctx context.Context) error {
 			s.closer()
 			return err
 		}
+		if err := s.lockOwner(ctx, db); err != nil {
+			s.closer()
+			return err
+		}
 	}
 	if s.cfg.WrapStore != nil {
 		s.store = s.cfg.WrapStore(s.store)
@@ -402,6 +446,51 @@ func (s *Server) lockInstance(ctx context.Context, db *postgres.DB) error {
 	}
 	closeRest := s.closer
 	s.closer = func() error { err := closeRest(); release(); return err }
+	return nil
+}
+
+// ownerLockWait is how long lockOwner waits for the owner lock: long
+// enough for PostgreSQL to end a killed predecessor's session.
+const ownerLockWait = 3 * time.Second
+
+// lockOwner lets a process restarted in place take over at once (issue 13,
+// point 6). With a Redis index, a process's liveness record under its
+// owner name keeps a successor of the same name waiting until it lapses
+// (--owner-ttl), because a live duplicate must be refused. Every such
+// process also holds a PostgreSQL session lock on its owner name for its
+// life (postgres.DB.LockOwner): taking it proves the previous holder's
+// session is gone, so its record is taken over (redis.Index.TakeOver) and
+// the engine's start does not wait. When the lock is held (a live
+// duplicate, or a dead process whose session PostgreSQL has not ended
+// yet) nothing changes: the start waits for the record to lapse and
+// refuses a live duplicate, as before. The lock is released when the
+// store closes.
+func (s *Server) lockOwner(ctx context.Context, db *postgres.DB) error {
+	ri, ok := s.index.(*redisidx.Index)
+	if !ok {
+		return nil
+	}
+	prefix := s.cfg.IndexPrefix
+	if prefix == "" {
+		prefix = redisidx.DefaultPrefix
+	}
+	taken, release, err := db.LockOwner(ctx, prefix, ri.Owner(), ownerLockWait)
+	if err != nil {
+		return fmt.Errorf("server: PostgreSQL store at %s: %w", redact(s.cfg.Store), err)
+	}
+	closeRest := s.closer
+	s.closer = func() error { err := closeRest(); release(); return err }
+	if !taken {
+		s.log.Info("fleet: another session holds this owner name's lock; the start waits for its liveness record to lapse", "owner", ri.Owner())
+		return nil
+	}
+	took, err := ri.TakeOver(ctx)
+	switch {
+	case err != nil:
+		s.log.Warn("fleet: could not take over the dead predecessor's owner record; the start waits for it to lapse", "owner", ri.Owner(), "err", err)
+	case took:
+		s.log.Info("fleet: the previous process of this owner name is gone (its database session ended); took its owner record over", "owner", ri.Owner())
+	}
 	return nil
 }
 

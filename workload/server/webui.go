@@ -15,7 +15,7 @@ import (
 // DemoUsers are the users the demo switch signs in as (Config.Demo).
 var DemoUsers = []string{"alice", "bob", "carol"}
 
-// DemoTokenTTL is the lifetime of a demo token.
+// DemoTokenTTL is the default lifetime of a demo token (Config.DemoTokenTTL).
 const DemoTokenTTL = 24 * time.Hour
 
 // ErrDemoConflict is returned by Config.CheckDemo when Demo is asked for
@@ -104,7 +104,11 @@ func (s *Server) handleDemoToken(w http.ResponseWriter, r *http.Request) {
 		writeError(w, protocol.CodeInvalid, "user must be one of "+strings.Join(DemoUsers, ", "))
 		return
 	}
-	tok, err := s.signer.Issue(req.User, DemoTokenTTL)
+	ttl := s.cfg.DemoTokenTTL
+	if ttl <= 0 {
+		ttl = DemoTokenTTL
+	}
+	tok, err := s.signer.Issue(req.User, ttl)
 	if err != nil {
 		writeError(w, protocol.CodeInvalid, err.Error())
 		return

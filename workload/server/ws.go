@@ -16,6 +16,7 @@ import (
 	"github.com/tetra-messenger/tetra/workload/delivery"
 	"github.com/tetra-messenger/tetra/workload/history"
 	"github.com/tetra-messenger/tetra/workload/ingest"
+	"github.com/tetra-messenger/tetra/workload/metrics"
 	"github.com/tetra-messenger/tetra/workload/protocol"
 )
 
@@ -46,7 +47,7 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 	if token == "" {
 		token = r.URL.Query().Get("token")
 	}
-	user, err := s.signer.Verify(token)
+	user, exp, err := s.signer.VerifyExpiry(token)
 	if err != nil {
 		writeError(w, protocol.CodeUnauthorized, "missing, malformed, expired or wrongly signed token")
 		return
@@ -71,6 +72,7 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 	s.sessions.Add(1)
 	defer s.sessions.Done()
 	sess := newSession(s, c, user, device)
+	sess.exp = exp
 	sess.run()
 }
 
@@ -117,6 +119,13 @@ type session struct {
 	inflight atomic.Int32
 	limiter  *rate.Limiter
 	bad      int
+
+	// The token's expiry (PROTOCOL.md §1): zero for a token without exp;
+	// expiry closes the connection with 4005 when it passes. refresh moves
+	// both (handleRefresh). Guarded by expMu.
+	expMu  sync.Mutex
+	exp    time.Time
+	expiry *time.Timer
 }
 
 func newSession(s *Server, c *websocket.Conn, user, device string) *session {
@@ -238,7 +247,8 @@ func (c *session) run() {
 	// every later one is pushed. No gap between the two.
 	c.send(protocol.Hello{Type: protocol.TypeHello, UserID: c.user, Device: c.device, ConnectionID: c.id,
 		Limits: protocol.Limits{MaxBodyBytes: t.MaxBodyBytes, MaxInFlightSends: t.MaxInFlightSends,
-			SendsPerSecond: t.SendsPerSecond, PingIntervalMs: int(t.PingInterval / time.Millisecond)}})
+			SendsPerSecond: t.SendsPerSecond, PingIntervalMs: int(t.PingInterval / time.Millisecond),
+			MaxPending: t.MaxPending}})
 	rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
 	m, err := s.engine.Register(rctx, c)
 	rcancel()
@@ -256,6 +266,8 @@ func (c *session) run() {
 	}
 	c.member = m
 	s.noteConnection(c.user, c.device)
+	c.setExpiry(c.exp)
+	defer c.setExpiry(time.Time{})
 	c.startPinger(ctx)
 	c.reader(ctx)
 	s.engine.Unregister(m)
@@ -406,6 +418,9 @@ func (c *session) handle(ctx context.Context, data []byte) {
 		c.bad++
 		var pe *protocol.Error
 		if errors.As(err, &pe) {
+			if pe.FrameType == protocol.TypeRead {
+				c.srv.metrics.ReadReceiptFailed(metrics.ReasonInvalid)
+			}
 			c.sendError(pe.CorrelationID, pe.Code, pe.Message)
 		} else {
 			c.sendError("", protocol.CodeInvalid, "bad frame")
@@ -426,7 +441,48 @@ func (c *session) handle(ctx context.Context, data []byte) {
 		c.send(protocol.Ping{Type: protocol.TypePong})
 	case f.Read != nil:
 		c.handleRead(ctx, f.Read)
+	case f.Refresh != nil:
+		c.handleRefresh(f.Refresh)
 	}
+}
+
+// setExpiry makes exp the connection's expiry: the connection is closed
+// with 4005 when it passes (at once when it has passed already); the zero
+// time means none. It replaces the previous expiry.
+func (c *session) setExpiry(exp time.Time) {
+	c.expMu.Lock()
+	defer c.expMu.Unlock()
+	if c.expiry != nil {
+		c.expiry.Stop()
+		c.expiry = nil
+	}
+	c.exp = exp
+	if !exp.IsZero() {
+		c.expiry = time.AfterFunc(time.Until(exp), func() {
+			c.Close(protocol.CloseExpired, "token expired: reconnect with a new token, or refresh before exp")
+		})
+	}
+}
+
+// handleRefresh applies a refresh frame (PROTOCOL.md §1): a valid user
+// token of this connection's user replaces the expiry and is answered
+// refreshed; any other token gets invalid and changes nothing.
+func (c *session) handleRefresh(r *protocol.Refresh) {
+	user, exp, err := c.srv.signer.VerifyExpiry(r.Token)
+	switch {
+	case err != nil:
+		c.sendError("", protocol.CodeInvalid, "refresh: the token is malformed, expired, wrongly signed or not a user token; nothing changed")
+		return
+	case user != c.user:
+		c.sendError("", protocol.CodeInvalid, "refresh: the token is for another user; nothing changed")
+		return
+	}
+	c.setExpiry(exp)
+	ans := protocol.Refreshed{Type: protocol.TypeRefreshed}
+	if !exp.IsZero() {
+		ans.Exp = &exp
+	}
+	c.send(ans)
 }
 
 func (c *session) handleSend(m *protocol.Send, credits, perSecond int) {
@@ -456,7 +512,7 @@ func (c *session) handleSend(m *protocol.Send, credits, perSecond int) {
 			case err != nil:
 				c.sendError(corr, protocol.CodeOverloaded, "not stored: the store is unavailable; resend with the same correlationId")
 			case res.Err != nil:
-				c.sendError(corr, codeOf(res.Err), res.Err.Error())
+				c.sendError(corr, codeOf(res.Err), clientMessage(res.Err))
 			default:
 				c.srv.metrics.Accepted(time.Since(read), res.Duplicate)
 				c.send(protocol.Accepted{Type: protocol.TypeAccepted, CorrelationID: corr,
@@ -485,7 +541,19 @@ func (c *session) handleRead(ctx context.Context, r *protocol.Read) {
 		c.sendError("", protocol.CodeForbidden, "not a member of this chat")
 		return
 	}
-	if err := c.srv.pipeline.SubmitRead(history.Read{ChatID: r.ChatID, UserID: c.user, MessageID: r.MessageID, At: time.Now().UTC()}); err != nil {
+	rr := history.Read{ChatID: r.ChatID, UserID: c.user, MessageID: r.MessageID, At: time.Now().UTC()}
+	// The decoder refused ids the stores refuse (package text); should a
+	// store still refuse this receipt, it fails alone (ingest saves the
+	// rest of its batch) and its sender is told.
+	if err := c.srv.pipeline.SubmitRead(ingest.ReadRequest{Read: rr, Done: func(err error) {
+		switch {
+		case errors.Is(err, history.ErrInvalid):
+			c.sendError("", protocol.CodeInvalid, "read receipt refused: "+clientMessage(err))
+		case err != nil:
+			c.sendError("", protocol.CodeOverloaded, "read receipt not stored: the store is unavailable")
+		}
+	}}); err != nil {
+		c.srv.metrics.ReadReceiptFailed(metrics.ReasonOverloaded)
 		c.sendError("", protocol.CodeOverloaded, "read receipt not stored")
 	}
 }

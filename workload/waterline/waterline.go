@@ -16,6 +16,17 @@ var (
 	// ErrOwnerTaken: another live process uses this process's owner name
 	// in a shared index (Fleet).
 	ErrOwnerTaken = errors.New("waterline: another live process uses this owner name")
+	// ErrNotPrimed is returned by SafeLine when the index is not in the
+	// state it was primed in: its primed flag is missing or records another
+	// identity, the backing server's identity changed (a restart, a flush,
+	// a failover to a replica), or, in a shared index, a live process has
+	// not primed with the current identity. No line is computed; the
+	// caller must rebuild (and wait for the other processes) before it
+	// deletes anything.
+	ErrNotPrimed = errors.New("waterline: index not primed with the expected identity")
+	// ErrPrefixTaken: the shared index's key prefix already indexes
+	// another outbox, and a process of that deployment is alive (Fleet).
+	ErrPrefixTaken = errors.New("waterline: the key prefix indexes another outbox")
 )
 
 // Client is one connection registered for live delivery.
@@ -98,14 +109,24 @@ type Index interface {
 	// registered clients (each client's lowest pending Pos) and the live
 	// holds. ok is false when nothing pins the partition. Rows with
 	// Pos < line may be deleted.
-	SafeLine(ctx context.Context, partition int32) (line int64, ok bool, err error)
+	//
+	// The line is computed only from the state the caller primed: in the
+	// same atomic step as it reads the pins, SafeLine checks that this
+	// Index value's primed flag records identity, that the backing
+	// server's Identity is identity, and (Fleet) that no live owner lags
+	// (Laggards); otherwise it returns ErrNotPrimed and no line. A flush
+	// or a failover between the caller's own checks and this call can
+	// therefore never yield a line computed from an empty or stale index.
+	SafeLine(ctx context.Context, partition int32, identity string) (line int64, ok bool, err error)
 
 	// Clients lists the clients this Index value registered.
 	Clients(ctx context.Context) ([]Client, error)
-	// Restore adds entries to a registered client's pending set with
-	// Attempts 0 and an already expired lease, unless already pending. A
-	// rebuild uses it to pin what a full scan of the outbox found.
-	Restore(ctx context.Context, clientID string, entries []Entry) error
+	// Restore adds entries to a registered client's pending set, each
+	// with its Attempts and LeaseUntil (a zero LeaseUntil is due at once),
+	// unless its MessageID is already pending (then it is left alone). The
+	// entries' ClientID fields are ignored. A rebuild uses it to put back
+	// what the process's connections hold sent and unacknowledged.
+	Restore(ctx context.Context, clientID string, entries []Pending) error
 	// Reset forgets every client, pending entry, hold and the primed flag.
 	Reset(ctx context.Context) error
 	// State returns the primed flag and the identity recorded with it.
@@ -145,6 +166,14 @@ type FleetHandlers struct {
 type Fleet interface {
 	// Owner names this process in the index.
 	Owner() string
+	// BindOutbox records that this index (its key prefix) covers the
+	// outbox named outboxID (outbox.Log.ID). When another outbox is
+	// recorded and any other owner is alive, it fails with ErrPrefixTaken
+	// naming it: two outboxes under one waterline would each delete rows
+	// the other's clients have not acknowledged. When no other owner is
+	// alive, the record is replaced (the old deployment is gone). Call it
+	// after Acquire, so two deployments starting at once see each other.
+	BindOutbox(ctx context.Context, outboxID string) error
 	// Claim records connID as the newest connection of (user, device),
 	// returns the claim with its epoch and announces it to the other
 	// processes (Subscribe's onClaim). Announcing is best effort; the
@@ -164,8 +193,9 @@ type Fleet interface {
 	// broadcasts of the other processes (never this one's) until ctx
 	// ends, reconnecting after errors. The callbacks run on one goroutine
 	// and must not block; nil callbacks are skipped. It returns once
-	// subscribed (or with the error that prevented it).
-	Subscribe(ctx context.Context, h FleetHandlers) error
+	// subscribed (or with the error that prevented it) and done, which is
+	// closed when that goroutine has ended (after ctx ended).
+	Subscribe(ctx context.Context, h FleetHandlers) (done <-chan struct{}, err error)
 	// Acquire takes this owner's liveness record for ttl if no other
 	// process holds it (held false: another process with the same owner
 	// name heartbeats, or a crashed predecessor's record has not expired

@@ -16,7 +16,15 @@
 // may arrive out of commit order. Messages are deduplicated by messageId,
 // every message frame is acknowledged, each send keeps one correlationId and
 // is resent on every reconnect until answered, and reconnects wait with
-// exponential backoff and jitter. static/app.js renders: bodies through
+// exponential backoff and jitter. A socket does not outlive its token (the
+// server closes it with 4005 at exp, PROTOCOL.md §1): given a refreshToken
+// callback, the application's way to mint a new token of the same user,
+// client.js asks it for one 30 s before exp (halfway for shorter tokens),
+// sends {"type":"refresh"} on the open socket and uses the new token from
+// then on; after a 4005 it gets one before reconnecting. app.js is such an
+// application only for the demo switch (it mints demo tokens again); a
+// pasted token cannot be renewed, so when it expires the page signs out
+// with "The token expired; sign in again." static/app.js renders: bodies through
 // textContent (never HTML) with dir="auto" and overflow-wrap: anywhere; read
 // frames for the newest message from another member while the chat is
 // scrolled to its end; "read by ..." from incoming read frames (the API

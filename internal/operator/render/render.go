@@ -209,6 +209,7 @@ func Tuning(m *tetrav1.Messenger) (config.Tuning, error) {
 	dur(&t.Lease, d.Lease)
 	num(&t.MaxDeliveryAttempts, d.MaxDeliveryAttempts)
 	num(&t.MaxPending, d.MaxPending)
+	dur(&t.PendingTimeout, d.PendingTimeout)
 	dur(&t.ReconnectGrace, d.ReconnectGrace)
 	dur(&t.PingInterval, d.PingInterval)
 	dur(&t.PingTimeout, d.IdleTimeout)

@@ -37,6 +37,12 @@ func loadgenCmd(args []string, stdout, stderr io.Writer) error {
 	stuck := fs.Float64("stuck-share", 0, "share of clients (0..1) that never ack: withdrawn by the server, resynced from history at the end")
 	slow := fs.Float64("slow-share", 0, "share of clients (0..1) that ack each message only after --slow-ack-delay")
 	slowDelay := fs.Duration("slow-ack-delay", 2*time.Second, "ack delay of the slow clients")
+	senders := fs.Int("senders", 0, "members of each chat that send (the others only receive); 0 = every member")
+	window := fs.Int("window", 1, "sends each sender pipelines at once (a burst), the next burst once all are answered")
+	fault := fs.String("index-fault", "", "hit the waterline index during the send phase: flush (delete the run's Redis keys),\n"+
+		"restart (SIGKILL and restart empty a redis-server the run starts), stale (move to a replica that fell behind)")
+	faultAt := fs.Duration("index-fault-at", 0, "when the first index fault hits (default a third of --duration)")
+	faultEvery := fs.Duration("index-fault-every", 0, "repeat the index fault at this interval (0: once)")
 	inProcess := fs.Bool("in-process", false, "run the server inside this process (no server RSS/CPU in the report)")
 	quiet := fs.Bool("quiet", false, "no progress lines")
 	if err := fs.Parse(args); err != nil {
@@ -51,7 +57,8 @@ func loadgenCmd(args []string, stdout, stderr io.Writer) error {
 	}
 	cfg := loadgen.Config{URL: *url, Secret: os.Getenv("TETRA_JWT_SECRET"), InProcess: *inProcess, Replicas: *replicas, Server: scfg,
 		Clients: *clients, GroupSize: *group, Rate: *rate, Duration: *duration, Drain: *drain, BodyBytes: *body,
-		StuckShare: *stuck, SlowShare: *slow, SlowAckDelay: *slowDelay}
+		StuckShare: *stuck, SlowShare: *slow, SlowAckDelay: *slowDelay,
+		Senders: *senders, Window: *window, IndexFault: *fault, IndexFaultAt: *faultAt, IndexFaultEvery: *faultEvery}
 	if !*quiet {
 		cfg.Progress = stderr
 	}

@@ -30,6 +30,7 @@ func Run(t *testing.T, newStore func(t *testing.T) history.Store) {
 		{"CreateDirectConcurrent", testCreateDirectConcurrent},
 		{"CreateGroup", testCreateGroup},
 		{"InvalidUsers", testInvalidUsers},
+		{"TextRules", testTextRules},
 		{"AddMember", testAddMember},
 		{"ChatNotFound", testChatNotFound},
 		{"ChatsOf", testChatsOf},
@@ -37,6 +38,7 @@ func Run(t *testing.T, newStore func(t *testing.T) history.Store) {
 		{"CommitMembersAtCommitTime", testCommitMembersAtCommitTime},
 		{"CommitDuplicateAcrossBatches", testCommitDuplicateAcrossBatches},
 		{"CommitDuplicateWithinBatch", testCommitDuplicateWithinBatch},
+		{"CommitKeyReusedForOtherContent", testCommitKeyReusedForOtherContent},
 		{"CommitPerDraftErrors", testCommitPerDraftErrors},
 		{"CommitFailedDraftKeepsKeyFree", testCommitFailedDraftKeepsKeyFree},
 		{"CommitEmpty", testCommitEmpty},
@@ -603,7 +605,9 @@ func testCommitDuplicateAcrossBatches(t *testing.T, s history.Store) {
 	d := mustDirect(t, s, "alice", "bob")
 	first := MustCommit(t, s, Draft(d.ID, "alice", "k-1", "original"))[0]
 	before := maybeHeads(t, s)
-	resend := Draft(d.ID, "alice", "k-1", "resent body")
+	// A resend: the same key, chat and body, under a new message id and
+	// time (the ingest stage mints both again).
+	resend := Draft(d.ID, "alice", "k-1", "original")
 	resend.SentAt = resend.SentAt.Add(time.Hour)
 	r := MustCommit(t, s, resend)[0]
 	if !r.Duplicate {
@@ -619,12 +623,6 @@ func testCommitDuplicateAcrossBatches(t *testing.T, s history.Store) {
 	same.ID = first.Message.ID
 	if r := MustCommit(t, s, same)[0]; !r.Duplicate || r.Message.ID != first.Message.ID {
 		t.Errorf("identical resend = %+v, want the original as a duplicate", r)
-	}
-	// A resend naming another chat (or none the sender belongs to) still
-	// answers with the original: the key is checked before the rules.
-	elsewhere := Draft("no-such-chat", "alice", "k-1", "elsewhere")
-	if r := MustCommit(t, s, elsewhere)[0]; !r.Duplicate || r.Message.ID != first.Message.ID {
-		t.Errorf("resend to another chat = %+v, want the original as a duplicate", r)
 	}
 
 	// The key is per sender: bob may use the same correlation id.
@@ -642,7 +640,7 @@ func testCommitDuplicateWithinBatch(t *testing.T, s history.Store) {
 	d := mustDirect(t, s, "alice", "bob")
 	before := maybeHeads(t, s)
 	a := Draft(d.ID, "alice", "k-1", "first")
-	b := Draft(d.ID, "alice", "k-1", "second")
+	b := Draft(d.ID, "alice", "k-1", "first")
 	c := Draft(d.ID, "alice", "k-2", "third")
 	res := MustCommit(t, s, a, b, c)
 	if res[0].Duplicate || res[2].Duplicate {
@@ -659,6 +657,55 @@ func testCommitDuplicateWithinBatch(t *testing.T, s history.Store) {
 	got := PageAll(t, s, d.ID, "", 10)
 	if want := []string{a.ID, c.ID}; !slices.Equal(ids(got), want) {
 		t.Errorf("history = %v, want %v", ids(got), want)
+	}
+}
+
+// testCommitKeyReusedForOtherContent: a correlationId is an idempotency
+// key for one message. The same (sender, correlationId) with another chat
+// or another body than the original is refused with ErrInvalid and stores
+// nothing (PROTOCOL.md §3), whether the original committed earlier or
+// earlier in the same batch; before, it was answered with the original as
+// a duplicate and the new recipient got nothing (issue 13, point 3).
+func testCommitKeyReusedForOtherContent(t *testing.T, s history.Store) {
+	d := mustDirect(t, s, "alice", "bob")
+	g := mustGroup(t, s, "alice", "g", "carol")
+	first := MustCommit(t, s, Draft(d.ID, "alice", "k-1", "original"))[0]
+	before := maybeHeads(t, s)
+	otherBody := Draft(d.ID, "alice", "k-1", "another body")
+	otherChat := Draft(g.ID, "alice", "k-1", "original")
+	unknownChat := Draft("no-such-chat", "alice", "k-1", "original")
+	// Within one batch: the first of a key decides, a later one with
+	// other content is refused.
+	a := Draft(d.ID, "alice", "k-2", "two")
+	b := Draft(d.ID, "alice", "k-2", "two, edited")
+	c := Draft(g.ID, "alice", "k-2", "two")
+	same := Draft(d.ID, "alice", "k-2", "two")
+	res := commit(t, s, otherBody, otherChat, unknownChat, a, b, c, same)
+	for i, what := range []string{"another body", "another chat", "an unknown chat", "", "another body in the batch", "another chat in the batch"} {
+		if what == "" {
+			continue
+		}
+		wantErr(t, "key reused for "+what, res[i].Err, history.ErrInvalid)
+		if res[i].Duplicate || len(res[i].Deliveries) != 0 {
+			t.Errorf("key reused for %s: Duplicate %v, %d deliveries; want neither", what, res[i].Duplicate, len(res[i].Deliveries))
+		}
+	}
+	if res[3].Err != nil || res[3].Duplicate {
+		t.Fatalf("k-2 first use: %+v", res[3])
+	}
+	if r := res[6]; r.Err != nil || !r.Duplicate || r.Message.ID != a.ID {
+		t.Errorf("k-2 with the same chat and body = %+v, want a duplicate of %s", r, a.ID)
+	}
+	checkDeliveries(t, s, before, res)
+	if got := ids(PageAll(t, s, d.ID, "", 10)); !slices.Equal(got, []string{first.Message.ID, a.ID}) {
+		t.Errorf("direct history = %v, want [k-1 k-2]", got)
+	}
+	if got := PageAll(t, s, g.ID, "", 10); len(got) != 0 {
+		t.Errorf("group history = %v, want none: nothing is stored for a reused key", ids(got))
+	}
+	// The original still answers a faithful resend.
+	if r := MustCommit(t, s, Draft(d.ID, "alice", "k-1", "original"))[0]; !r.Duplicate || r.Message.ID != first.Message.ID {
+		t.Errorf("faithful resend of k-1 = %+v, want the original", r)
 	}
 }
 

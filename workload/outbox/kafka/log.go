@@ -2,10 +2,12 @@ package kafka
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -549,6 +551,21 @@ func (l *Log) leader(ctx context.Context, topic string, partition int32) (int32,
 		}
 	}
 	return leader, m.id, nil
+}
+
+// ID names the outbox topic: "kafka:", the topic name and the topic's id
+// (a UUID the cluster mints when the topic is created, so a topic deleted
+// and created again under the same name is another outbox). A broker that
+// reports no topic id (before Kafka 2.8) gives the seed brokers instead.
+func (l *Log) ID(ctx context.Context) (string, error) {
+	_, id, err := l.leader(ctx, l.cfg.Topic, 0)
+	if err != nil {
+		return "", unavailable("outbox id", err)
+	}
+	if id == ([16]byte{}) {
+		return "kafka:" + l.cfg.Topic + "@" + strings.Join(l.cfg.Brokers, ","), nil
+	}
+	return "kafka:" + l.cfg.Topic + "@" + hex.EncodeToString(id[:]), nil
 }
 
 func (l *Log) forget(topic string) {

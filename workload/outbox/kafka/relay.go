@@ -12,16 +12,17 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/tetra-messenger/tetra/workload/delivery"
 	"github.com/tetra-messenger/tetra/workload/history"
 )
 
 // RelayConfig configures a Relay. Zero fields take the defaults.
 type RelayConfig struct {
 	// Handoff, when set, receives the messages of every committed
-	// transaction, after the commit, as history results whose Deliveries
-	// name the records written (recipient, partition, offset): the
-	// delivery engine's fast path. It must not block for long.
-	Handoff func([]history.Result)
+	// transaction, after the commit, each with the records written for it
+	// (recipient, partition, offset): the delivery engine's fast path. It
+	// must not block for long.
+	Handoff func([]delivery.Committed)
 	// Batch is the most messages one transaction relays; default 256.
 	Batch int
 	// MaxRecords is the most records one transaction writes; default
@@ -384,17 +385,17 @@ func (r *Relay) pass(cl *kgo.Client, closeClient func()) (n int, more bool, err 
 	r.txns.Add(1)
 	r.recs.Add(int64(total))
 	if r.cfg.Handoff != nil {
-		results := make([]history.Result, len(items))
+		batch := make([]delivery.Committed, len(items))
 		i := 0
 		for j, it := range items {
-			ds := make([]history.Delivery, len(it.Members))
+			rows := make([]history.Delivery, len(it.Members))
 			for d, m := range it.Members {
-				ds[d] = history.Delivery{Recipient: m, Partition: recs[i].Partition, Pos: recs[i].Offset}
+				rows[d] = history.Delivery{Recipient: m, Partition: recs[i].Partition, Pos: recs[i].Offset}
 				i++
 			}
-			results[j] = history.Result{Message: it.Message, Deliveries: ds, Members: it.Members}
+			batch[j] = delivery.Committed{Message: it.Message, Rows: rows}
 		}
-		r.cfg.Handoff(results)
+		r.cfg.Handoff(batch)
 	}
 	return len(items), more, nil
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/oklog/ulid/v2"
 
 	"github.com/tetra-messenger/tetra/internal/testenv"
+	"github.com/tetra-messenger/tetra/workload/delivery"
 	"github.com/tetra-messenger/tetra/workload/history"
 	"github.com/tetra-messenger/tetra/workload/history/historytest"
 	"github.com/tetra-messenger/tetra/workload/outbox"
@@ -35,10 +36,10 @@ type rig struct {
 	logger *slog.Logger
 
 	mu      sync.Mutex
-	chats   map[string]string              // sorted recipients -> chat id
-	waiters map[string]chan history.Result // message id -> its handoff
-	handed  map[string][]history.Delivery  // message id -> deliveries handed off
-	onHand  func(rs []history.Result)      // extra handoff (the engine), when set
+	chats   map[string]string                  // sorted recipients -> chat id
+	waiters map[string]chan delivery.Committed // message id -> its handoff
+	handed  map[string][]history.Delivery      // message id -> deliveries handed off
+	onHand  func(rs []delivery.Committed)      // extra handoff (the engine), when set
 }
 
 // newRig opens a store and a log with parts partitions on seeds (a fresh
@@ -66,7 +67,7 @@ func newRig(t testing.TB, seeds []string, parts int32) *rig {
 	}
 	t.Cleanup(func() { l.Close() })
 	return &rig{t: t, db: db, log: l, seeds: seeds, topic: topic, logger: logger,
-		chats: map[string]string{}, waiters: map[string]chan history.Result{}, handed: map[string][]history.Delivery{}}
+		chats: map[string]string{}, waiters: map[string]chan delivery.Committed{}, handed: map[string][]history.Delivery{}}
 }
 
 type testWriter struct{ t testing.TB }
@@ -103,14 +104,14 @@ func (r *rig) relay(edit ...func(*RelayConfig)) *Relay {
 	return rl
 }
 
-func (r *rig) handoff(rs []history.Result) {
+func (r *rig) handoff(rs []delivery.Committed) {
 	r.mu.Lock()
 	for _, res := range rs {
 		id := res.Message.ID
 		if prev, ok := r.handed[id]; ok {
-			r.t.Errorf("message %s handed off twice: %v then %v", id, prev, res.Deliveries)
+			r.t.Errorf("message %s handed off twice: %v then %v", id, prev, res.Rows)
 		}
-		r.handed[id] = res.Deliveries
+		r.handed[id] = res.Rows
 		if ch, ok := r.waiters[id]; ok {
 			ch <- res
 			delete(r.waiters, id)
@@ -142,15 +143,15 @@ func (r *rig) chatFor(ctx context.Context, recipients []string) (string, error) 
 
 // commit commits one message from recipients[0] to the chat of
 // recipients and returns it (history only: the relay has not seen it).
-func (r *rig) commit(ctx context.Context, recipients []string, wait bool) (history.Message, chan history.Result, error) {
+func (r *rig) commit(ctx context.Context, recipients []string, wait bool) (history.Message, chan delivery.Committed, error) {
 	chatID, err := r.chatFor(ctx, recipients)
 	if err != nil {
 		return history.Message{}, nil, err
 	}
 	d := historytest.Draft(chatID, recipients[0], ulid.Make().String(), "body "+ulid.Make().String())
-	var ch chan history.Result
+	var ch chan delivery.Committed
 	if wait {
-		ch = make(chan history.Result, 1)
+		ch = make(chan delivery.Committed, 1)
 		r.mu.Lock()
 		r.waiters[d.ID] = ch
 		r.mu.Unlock()
@@ -191,14 +192,14 @@ func (r *rig) appendVia(rl *Relay) func(ctx context.Context, recipients []string
 			return nil, err
 		}
 		rl.Wake()
-		var res history.Result
+		var res delivery.Committed
 		select {
 		case res = <-ch:
 		case <-ctx.Done():
 			return nil, fmt.Errorf("message %s not relayed: %w", msg.ID, ctx.Err())
 		}
-		rows := make([]outbox.Row, len(res.Deliveries))
-		for i, d := range res.Deliveries {
+		rows := make([]outbox.Row, len(res.Rows))
+		for i, d := range res.Rows {
 			rows[i] = outbox.Row{Partition: d.Partition, Pos: d.Pos, Recipient: d.Recipient, Message: res.Message}
 			// The commit returned; its markers may reach the partition a
 			// moment later on a real cluster.

@@ -132,3 +132,5 @@ func (l *memLog) Stats(_ context.Context, p int32) (outbox.Stats, error) {
 	}
 	return st, nil
 }
+
+func (l *memLog) ID(context.Context) (string, error) { return fmt.Sprintf("mem:%p", l), nil }

@@ -42,6 +42,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		fn   func(t *testing.T, h Harness)
 	}{
 		{"Empty", testEmpty},
+		{"ID", testID},
 		{"AppendScan", testAppendScan},
 		{"ScanAfterLimit", testScanAfterLimit},
 		{"DeleteBelow", testDeleteBelow},
@@ -592,5 +593,20 @@ func testOutOfOrderCommit(t *testing.T, h Harness) {
 	}
 	if len(seen) != len(rowsA)+len(rowsB) {
 		t.Errorf("follower saw %d rows, want %d", len(seen), len(rowsA)+len(rowsB))
+	}
+}
+
+// testID: the log names itself, the same way every time.
+func testID(t *testing.T, h Harness) {
+	ctx := ctxFor(t)
+	id, err := h.Log.ID(ctx)
+	if err != nil || id == "" {
+		t.Fatalf("ID = %q, %v; want a non-empty name", id, err)
+	}
+	if _, err := h.Append(ctx, []string{"u"}); err != nil {
+		t.Fatal(err)
+	}
+	if again, err := h.Log.ID(ctx); err != nil || again != id {
+		t.Fatalf("ID changed from %q to %q (%v)", id, again, err)
 	}
 }

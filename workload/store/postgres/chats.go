@@ -7,8 +7,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 
@@ -28,20 +26,9 @@ const (
 	MaxGroupMembers = 1000
 )
 
-// validUser checks a user id; what names the argument in the error.
-func validUser(what, id string) error {
-	switch {
-	case id == "":
-		return fmt.Errorf("%w: %s is empty", history.ErrInvalid, what)
-	case len(id) > MaxUserIDBytes:
-		return fmt.Errorf("%w: %s is longer than %d bytes", history.ErrInvalid, what, MaxUserIDBytes)
-	case !utf8.ValidString(id):
-		return fmt.Errorf("%w: %s is not valid UTF-8", history.ErrInvalid, what)
-	case strings.ContainsFunc(id, unicode.IsControl):
-		return fmt.Errorf("%w: %s contains a control character", history.ErrInvalid, what)
-	}
-	return nil
-}
+// validUser checks a user id (history.CheckUser, the rule shared by every
+// store and the token layer); what names the argument in the error.
+func validUser(what, id string) error { return history.CheckUser(what, id) }
 
 // chatColumns reads a chat with its members sorted, in one statement (one
 // snapshot). The alias of chats must be c.
@@ -135,8 +122,8 @@ func (db *DB) directChat(ctx context.Context, lo, hi string) (history.Chat, bool
 // CreateGroup creates a group chat of creator plus members, duplicates
 // removed, members sorted, in one statement. The title is trimmed of
 // surrounding white space and may be empty. Invalid user ids, a title over
-// MaxTitleBytes, not UTF-8 or containing NUL (PostgreSQL text cannot hold
-// it), and more than MaxGroupMembers members give ErrInvalid.
+// MaxTitleBytes, not UTF-8 or containing NUL (history.CheckText), and more
+// than MaxGroupMembers members give ErrInvalid.
 func (db *DB) CreateGroup(ctx context.Context, creator, title string, members []string) (history.Chat, error) {
 	if err := validUser("creator id", creator); err != nil {
 		return history.Chat{}, err
@@ -145,8 +132,8 @@ func (db *DB) CreateGroup(ctx context.Context, creator, title string, members []
 	if len(title) > MaxTitleBytes {
 		return history.Chat{}, fmt.Errorf("%w: title is longer than %d bytes", history.ErrInvalid, MaxTitleBytes)
 	}
-	if !storable(title) {
-		return history.Chat{}, fmt.Errorf("%w: title is not valid UTF-8 or contains NUL", history.ErrInvalid)
+	if err := history.CheckText("title", title); err != nil {
+		return history.Chat{}, err
 	}
 	all := make([]string, 0, len(members)+1)
 	all = append(all, creator)

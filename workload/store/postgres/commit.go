@@ -21,31 +21,25 @@ import (
 // its reads and its writes.
 const maxCommitAttempts = 8
 
-// validDraft checks what the ingest stage must have filled in, and that
-// every text can be stored (PostgreSQL text holds neither NUL nor invalid
-// UTF-8).
+// validDraft checks what the ingest stage must have filled in and every
+// text of the draft (history.CheckDraft, the rule every store shares: it
+// also keeps out what PostgreSQL text cannot hold, NUL and invalid UTF-8),
+// and that SentAt is storable.
 func validDraft(d history.Draft) error {
-	switch {
-	case d.ID == "":
-		return fmt.Errorf("%w: draft has no message id", history.ErrInvalid)
-	case d.CorrelationID == "":
-		return fmt.Errorf("%w: correlationId is empty", history.ErrInvalid)
-	case d.SentAt.Before(minTime) || d.SentAt.After(maxTime):
+	if d.SentAt.Before(minTime) || d.SentAt.After(maxTime) {
 		return fmt.Errorf("%w: draft sentAt %v is unset or out of range", history.ErrInvalid, d.SentAt)
-	case !storable(d.ID) || !storable(d.CorrelationID) || !storable(d.SenderDevice):
-		return fmt.Errorf("%w: message id, correlationId or device is not valid UTF-8 or contains NUL", history.ErrInvalid)
-	case !storable(d.Body):
-		return fmt.Errorf("%w: body is not valid UTF-8 or contains NUL", history.ErrInvalid)
 	}
-	return validUser("sender id", d.SenderID)
+	return history.CheckDraft(d)
 }
 
 // Commit stores drafts in one transaction. For each draft in order: a draft
-// missing its id, correlation id, sender or a storable SentAt (years 1678 to
-// 2262), or with a text PostgreSQL cannot store (NUL, invalid UTF-8), gets
-// ErrInvalid; a (SenderID, CorrelationID) already in history, committed
-// earlier or earlier in this batch, gets Duplicate with the original message
-// (whatever chat the resend names); an unknown chat gets ErrNotFound, a
+// that history.CheckDraft refuses (a missing or over-long id, NUL or invalid
+// UTF-8 in any text, a control character in the sender) or without a
+// storable SentAt (years 1678 to 2262) gets ErrInvalid; a (SenderID,
+// CorrelationID) already in history, committed earlier or earlier in this
+// batch, gets Duplicate with the original message when the draft names the
+// original's chat and body, and ErrInvalid when it names another chat or
+// body (history.CheckResend); an unknown chat gets ErrNotFound, a
 // sender outside the chat ErrNotMember, a message id already used
 // ErrInvalid; otherwise the history row is inserted (its id is the Seq) and,
 // when Config.Outbox is on, one outbox row per member in member order (the
@@ -135,9 +129,7 @@ func (db *DB) commitOnce(ctx context.Context, drafts []history.Draft, hooks *com
 			continue
 		}
 		valid++
-		if storable(d.ChatID) {
-			chats = append(chats, d.ChatID)
-		}
+		chats = append(chats, d.ChatID)
 		senders = append(senders, d.SenderID)
 		correlations = append(correlations, d.CorrelationID)
 		ids = append(ids, d.ID)
@@ -355,8 +347,8 @@ func (r *commitRun) plan() {
 		k := key{d.SenderID, d.CorrelationID}
 		ms, known := r.members[d.ChatID]
 		if _, member := slices.BinarySearch(ms, d.SenderID); !known || !member {
-			// A resend of a committed message is a duplicate whatever chat
-			// it names: the idempotency key is checked before the rules.
+			// The idempotency key is checked before the rules: a resend
+			// names the original's chat and body, anything else is refused.
 			if r.duplicate(i, k) {
 				continue
 			}
@@ -396,13 +388,24 @@ func (r *commitRun) plan() {
 }
 
 // duplicate fills the result of draft i when its key was committed before
-// or is planned earlier in this batch, and reports whether it did.
+// or is planned earlier in this batch, and reports whether it did: the
+// original as a Duplicate, or ErrInvalid when draft i names another chat or
+// body (history.CheckResend).
 func (r *commitRun) duplicate(i int, k key) bool {
+	d := r.drafts[i]
 	if orig, ok := r.byKey[k]; ok {
+		if err := history.CheckResend(orig.ChatID, orig.Body, d); err != nil {
+			r.results[i] = history.Result{Err: err}
+			return true
+		}
 		r.results[i] = history.Result{Message: orig, Duplicate: true, Members: slices.Clone(r.members[orig.ChatID])}
 		return true
 	}
 	if j, ok := r.planned[k]; ok {
+		if err := history.CheckResend(r.drafts[j].ChatID, r.drafts[j].Body, d); err != nil {
+			r.results[i] = history.Result{Err: err}
+			return true
+		}
 		// Completed with the original's Seq once it is inserted.
 		r.dupOf[i] = j
 		r.results[i] = history.Result{Duplicate: true, Members: slices.Clone(r.results[j].Members)}

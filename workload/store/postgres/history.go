@@ -81,9 +81,9 @@ func (db *DB) Page(ctx context.Context, chatID, sinceID string, limit int) ([]hi
 
 // SaveReads upserts the read receipts with one statement: per (ChatID,
 // UserID) the row keeps the receipt with the latest At (a later receipt in
-// the same call wins a tie). A receipt with an empty ChatID, UserID or
-// MessageID, or one PostgreSQL text cannot hold (NUL, invalid UTF-8), fails
-// the call with ErrInvalid and nothing is saved. Chats and messages are not
+// the same call wins a tie). A receipt that history.CheckRead refuses (an
+// empty or over-long id, NUL, invalid UTF-8, a control character in the
+// user id) fails the call with ErrInvalid and nothing is saved. Chats and messages are not
 // checked; the caller has. An empty slice is a no-op.
 func (db *DB) SaveReads(ctx context.Context, reads []history.Read) error {
 	if len(reads) == 0 {
@@ -93,11 +93,8 @@ func (db *DB) SaveReads(ctx context.Context, reads []history.Read) error {
 	latest := make(map[pair]int, len(reads))
 	var order []pair
 	for i, r := range reads {
-		if r.ChatID == "" || r.UserID == "" || r.MessageID == "" {
-			return fmt.Errorf("%w: read receipt needs chat, user and message ids", history.ErrInvalid)
-		}
-		if !storable(r.ChatID) || !storable(r.UserID) || !storable(r.MessageID) {
-			return fmt.Errorf("%w: read receipt ids must be valid UTF-8 without NUL", history.ErrInvalid)
+		if err := history.CheckRead(r); err != nil {
+			return err
 		}
 		// One row per key: an upsert statement may not touch a row twice.
 		p := pair{r.ChatID, r.UserID}

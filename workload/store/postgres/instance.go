@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // InstanceLockKey is the session-level advisory lock that tells whether the
@@ -88,4 +91,60 @@ func (db *DB) LockInstance(ctx context.Context, exclusive bool, namespace string
 	// is closed on release, which ends the session and frees the lock.
 	pc := conn.Hijack()
 	return func() { _ = pc.Close(context.Background()) }, nil
+}
+
+// ownerLockClass is the first key of the two-key advisory lock a
+// shared-index process holds on its owner name (LockOwner); the second key
+// is a hash of the namespace and the owner name. It shows in pg_locks as
+// classid 0x7465746f ("teto") with objsubid 2.
+const ownerLockClass int32 = 0x7465746f
+
+// codeLockNotAvailable is the SQLSTATE of a lock wait cut by lock_timeout.
+const codeLockNotAvailable = "55P03"
+
+// LockOwner takes an exclusive session-level advisory lock named by
+// (namespace, owner), the Redis key prefix and this process's
+// --index-owner, on a connection it keeps out of the pool until release is
+// called, waiting up to wait for it (a predecessor's backend may take a
+// moment to notice its client died).
+//
+// Every shared-index process holds the lock for its life, so taken = true
+// proves that the last process that held it under this owner name has lost
+// its database session: it died (the kernel closed its socket, PostgreSQL
+// ended the session and freed the lock), or PostgreSQL dropped the session
+// otherwise (a restart of the database). The caller may then take that
+// owner's liveness record over at once instead of waiting for it to lapse
+// (issue 13, point 6). taken = false (release is then a no-op): another
+// session holds it, a live process with the same owner name or a dead one
+// whose session PostgreSQL has not ended yet (a host that vanished without
+// closing its connections): the caller waits for the record to lapse, as
+// without this lock. Errors (the database does not answer) mean neither.
+//
+// Like LockInstance, the lock guards starts: if PostgreSQL drops the
+// holder's session while the holder lives on, a later process with the
+// same owner name can take it.
+func (db *DB) LockOwner(ctx context.Context, namespace, owner string, wait time.Duration) (taken bool, release func(), err error) {
+	conn, err := db.pool.Acquire(ctx)
+	if err != nil {
+		return false, nil, fmt.Errorf("postgres: owner lock: %w", err)
+	}
+	h := fnv.New32a()
+	h.Write([]byte(namespace + "\x00" + owner))
+	b := &pgx.Batch{}
+	// The connection leaves the pool below either way, so the setting
+	// dies with it.
+	b.Queue(fmt.Sprintf(`SET lock_timeout = %d`, max(wait.Milliseconds(), 1)))
+	b.Queue(`SELECT pg_advisory_lock($1::int4, $2::int4)`, ownerLockClass, int32(h.Sum32()))
+	err = conn.SendBatch(ctx, b).Close()
+	pc := conn.Hijack() // never back to the pool: it holds the lock, or a lock_timeout
+	switch {
+	case err == nil:
+		return true, func() { _ = pc.Close(context.Background()) }, nil
+	case pgCode(err) == codeLockNotAvailable:
+		_ = pc.Close(ctx)
+		return false, func() {}, nil
+	default:
+		_ = pc.Close(ctx)
+		return false, nil, fmt.Errorf("postgres: owner lock: %w", err)
+	}
 }

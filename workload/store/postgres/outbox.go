@@ -157,3 +157,14 @@ func (db *DB) Stats(ctx context.Context, partition int32) (outbox.Stats, error) 
 	}
 	return st, nil
 }
+
+// ID names this database's outbox: "postgres:" and the random id minted
+// when its schema was created (table tetra_meta). Stable for the life of
+// the database; a restored copy shares it.
+func (db *DB) ID(ctx context.Context) (string, error) {
+	var id string
+	if err := db.pool.QueryRow(ctx, `SELECT value FROM tetra_meta WHERE key = 'outbox_id'`).Scan(&id); err != nil {
+		return "", logUnavailable("outbox id", err)
+	}
+	return "postgres:" + id, nil
+}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -20,6 +19,7 @@ import (
 	"github.com/tetra-messenger/tetra/workload/history"
 	"github.com/tetra-messenger/tetra/workload/outbox"
 	"github.com/tetra-messenger/tetra/workload/store/migrations"
+	"github.com/tetra-messenger/tetra/workload/text"
 )
 
 // Compile-time checks: one *DB serves as both the history store and the
@@ -188,19 +188,9 @@ const (
 )
 
 // storable reports whether s can be stored in a PostgreSQL text column:
-// valid UTF-8 without NUL bytes. A lookup key that is not storable matches
-// no row.
-func storable(s string) bool {
-	if !utf8.ValidString(s) {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if s[i] == 0 {
-			return false
-		}
-	}
-	return true
-}
+// valid UTF-8 without NUL bytes (text.Valid, the rule every layer shares).
+// A lookup key that is not storable matches no row.
+func storable(s string) bool { return text.Valid(s) }
 
 // rollback ends the transaction open on conn, if any, so the connection can
 // go back to the pool; when that fails the pool discards the connection on

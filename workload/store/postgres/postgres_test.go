@@ -583,7 +583,7 @@ func TestReopenKeepsDataAndPositions(t *testing.T) {
 	if err != nil || len(msgs) != 2 || msgs[1].ID != res[1].Message.ID || !msgs[1].SentAt.Equal(res[1].Message.SentAt) {
 		t.Errorf("Page after reopen = %+v, %v", msgs, err)
 	}
-	dup := historytest.MustCommit(t, db, historytest.Draft(g.ID, "alice", "1", "again"))[0]
+	dup := historytest.MustCommit(t, db, historytest.Draft(g.ID, "alice", "1", "one"))[0]
 	if !dup.Duplicate || dup.Message.ID != res[0].Message.ID {
 		t.Errorf("resend after reopen = %+v, want the original", dup)
 	}
@@ -764,30 +764,44 @@ func TestCommitRetriesWhenMembersChange(t *testing.T) {
 
 // TestCommitRetriesWhenKeyTaken commits the same idempotency key from
 // another Commit between a Commit's reads and its writes: the insert hits
-// the unique key, and the retry answers Duplicate with the other's message.
+// the unique key, and the retry answers with what the key now names: a
+// Duplicate of the other's message when the chat and body are the same (a
+// resend that raced its original), ErrInvalid when the body differs (a
+// reused key, PROTOCOL.md §3). The rest of the batch commits either way.
 func TestCommitRetriesWhenKeyTaken(t *testing.T) {
 	t.Parallel()
-	ctx := t.Context()
-	db := newDB(t)
-	c := mustDirect(t, db, "alice", "bob")
-	var other []history.Result
-	res, err := db.commit(ctx, []history.Draft{historytest.Draft(c.ID, "alice", "k", "mine"), historytest.Draft(c.ID, "alice", "k2", "also mine")},
-		&commitHooks{afterRead: func(ctx context.Context) {
-			if other == nil {
-				other = historytest.MustCommit(t, db, historytest.Draft(c.ID, "alice", "k", "theirs"))
+	for _, tc := range []struct {
+		name, theirs string
+		dup          bool
+	}{{"a resend", "mine", true}, {"another body", "theirs", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			db := newDB(t)
+			c := mustDirect(t, db, "alice", "bob")
+			var other []history.Result
+			res, err := db.commit(ctx, []history.Draft{historytest.Draft(c.ID, "alice", "k", "mine"), historytest.Draft(c.ID, "alice", "k2", "also mine")},
+				&commitHooks{afterRead: func(ctx context.Context) {
+					if other == nil {
+						other = historytest.MustCommit(t, db, historytest.Draft(c.ID, "alice", "k", tc.theirs))
+					}
+				}})
+			if err != nil {
+				t.Fatal(err)
 			}
-		}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !res[0].Duplicate || res[0].Message.ID != other[0].Message.ID || res[0].Message.Body != "theirs" {
-		t.Errorf("result = %+v, want a duplicate of %+v", res[0], other[0].Message)
-	}
-	if res[1].Duplicate || res[1].Err != nil || len(res[1].Deliveries) != 2 {
-		t.Errorf("second draft = %+v, want committed", res[1])
-	}
-	if got := historytest.PageAll(t, db, c.ID, "", 10); len(got) != 2 {
-		t.Errorf("history holds %d messages, want 2", len(got))
+			switch {
+			case tc.dup && (!res[0].Duplicate || res[0].Message.ID != other[0].Message.ID || !res[0].Message.SentAt.Equal(other[0].Message.SentAt)):
+				t.Errorf("result = %+v, want a duplicate of %+v", res[0], other[0].Message)
+			case !tc.dup && (!errors.Is(res[0].Err, history.ErrInvalid) || res[0].Duplicate):
+				t.Errorf("result = %+v, want ErrInvalid", res[0])
+			}
+			if res[1].Duplicate || res[1].Err != nil || len(res[1].Deliveries) != 2 {
+				t.Errorf("second draft = %+v, want committed", res[1])
+			}
+			if got := historytest.PageAll(t, db, c.ID, "", 10); len(got) != 2 || got[0].Body != tc.theirs {
+				t.Errorf("history = %+v, want the other's message and the second draft", got)
+			}
+		})
 	}
 }
 
@@ -967,9 +981,10 @@ func TestMemberCacheSeesOtherProcesses(t *testing.T) {
 	}
 }
 
-// TestTextPostgresCannotStore checks the strings SQLite stores and
-// PostgreSQL text cannot (NUL, invalid UTF-8): rule violations or lookups
-// that find nothing, never a failed batch.
+// TestTextPostgresCannotStore checks the strings PostgreSQL text cannot
+// hold (NUL, invalid UTF-8): rule violations (the shared rule, checked for
+// both stores by historytest's TextRules) or lookups that find nothing,
+// never a failed batch.
 func TestTextPostgresCannotStore(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
@@ -984,7 +999,7 @@ func TestTextPostgresCannotStore(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Commit: %v", err)
 	}
-	for i, want := range []error{history.ErrInvalid, history.ErrInvalid, history.ErrNotFound, nil} {
+	for i, want := range []error{history.ErrInvalid, history.ErrInvalid, history.ErrInvalid, nil} {
 		if !errors.Is(res[i].Err, want) || (want == nil && res[i].Err != nil) {
 			t.Errorf("draft %d: err = %v, want %v", i, res[i].Err, want)
 		}

@@ -8,8 +8,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/tetra-messenger/tetra/workload/history"
 )
@@ -33,20 +31,9 @@ type querier interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
-// validUser checks a user id; what names the argument in the error.
-func validUser(what, id string) error {
-	switch {
-	case id == "":
-		return fmt.Errorf("%w: %s is empty", history.ErrInvalid, what)
-	case len(id) > MaxUserIDBytes:
-		return fmt.Errorf("%w: %s is longer than %d bytes", history.ErrInvalid, what, MaxUserIDBytes)
-	case !utf8.ValidString(id):
-		return fmt.Errorf("%w: %s is not valid UTF-8", history.ErrInvalid, what)
-	case strings.ContainsFunc(id, unicode.IsControl):
-		return fmt.Errorf("%w: %s contains a control character", history.ErrInvalid, what)
-	}
-	return nil
-}
+// validUser checks a user id (history.CheckUser, the rule shared by every
+// store and the token layer); what names the argument in the error.
+func validUser(what, id string) error { return history.CheckUser(what, id) }
 
 // CreateDirect returns the direct chat of {a, b}, creating it when missing.
 // The pair is stored ordered, under a primary key, so the same chat comes
@@ -114,8 +101,9 @@ func (db *DB) CreateDirect(ctx context.Context, a, b string) (history.Chat, bool
 
 // CreateGroup creates a group chat of creator plus members, duplicates
 // removed, members sorted. The title is trimmed of surrounding white space
-// and may be empty. Invalid user ids, a title over MaxTitleBytes or not
-// UTF-8, and more than MaxGroupMembers members give ErrInvalid.
+// and may be empty. Invalid user ids, a title over MaxTitleBytes, not UTF-8
+// or containing NUL (history.CheckText), and more than MaxGroupMembers
+// members give ErrInvalid.
 func (db *DB) CreateGroup(ctx context.Context, creator, title string, members []string) (history.Chat, error) {
 	if err := validUser("creator id", creator); err != nil {
 		return history.Chat{}, err
@@ -124,8 +112,8 @@ func (db *DB) CreateGroup(ctx context.Context, creator, title string, members []
 	if len(title) > MaxTitleBytes {
 		return history.Chat{}, fmt.Errorf("%w: title is longer than %d bytes", history.ErrInvalid, MaxTitleBytes)
 	}
-	if !utf8.ValidString(title) {
-		return history.Chat{}, fmt.Errorf("%w: title is not valid UTF-8", history.ErrInvalid)
+	if err := history.CheckText("title", title); err != nil {
+		return history.Chat{}, err
 	}
 	all := make([]string, 0, len(members)+1)
 	all = append(all, creator)

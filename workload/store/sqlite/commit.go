@@ -12,33 +12,33 @@ import (
 	"github.com/tetra-messenger/tetra/workload/history"
 )
 
-// validDraft checks what the ingest stage must have filled in.
+// validDraft checks what the ingest stage must have filled in and every
+// text of the draft (history.CheckDraft, the rule every store shares), and
+// that SentAt is storable.
 func validDraft(d history.Draft) error {
-	switch {
-	case d.ID == "":
-		return fmt.Errorf("%w: draft has no message id", history.ErrInvalid)
-	case d.CorrelationID == "":
-		return fmt.Errorf("%w: correlationId is empty", history.ErrInvalid)
-	case d.SentAt.Before(minTime) || d.SentAt.After(maxTime):
+	if d.SentAt.Before(minTime) || d.SentAt.After(maxTime) {
 		return fmt.Errorf("%w: draft sentAt %v is unset or out of range", history.ErrInvalid, d.SentAt)
 	}
-	return validUser("sender id", d.SenderID)
+	return history.CheckDraft(d)
 }
 
 // Commit stores drafts in one transaction on the writer connection. For each
-// draft in order: a draft missing its id, correlation id, sender or a
-// storable SentAt (years 1678 to 2262) gets ErrInvalid; a (SenderID,
-// CorrelationID) already in history, committed earlier or earlier in this
-// batch, gets Duplicate with the original message (whatever chat the resend
-// names); an unknown chat gets ErrNotFound, a sender outside the chat
-// ErrNotMember, a message id already used ErrInvalid; otherwise the history
-// row is inserted (its id is the Seq) and, when Config.Outbox is on, one
-// outbox row per member in member order (the sender included), each
-// CreatedAt the commit time. Per-draft errors store nothing for that draft
-// and do not fail the batch. Any other failure rolls the whole batch back
-// and returns an error wrapping history.ErrUnavailable. Results carry SentAt
-// in UTC as stored. An empty batch returns an empty slice without touching
-// the database.
+// draft in order: a draft that history.CheckDraft refuses (a missing or
+// over-long id, NUL or invalid UTF-8 in any text, a control character in the
+// sender) or without a storable SentAt (years 1678 to 2262) gets
+// ErrInvalid; a (SenderID, CorrelationID) already in history, committed
+// earlier or earlier in this batch, gets Duplicate with the original
+// message when the draft names the original's chat and body, and
+// ErrInvalid when it names another chat or body (history.CheckResend); an
+// unknown chat gets ErrNotFound, a sender outside the chat ErrNotMember, a
+// message id already used ErrInvalid; otherwise the history row is
+// inserted (its id is the Seq) and, when Config.Outbox is on, one outbox
+// row per member in member order (the sender included), each CreatedAt the
+// commit time. Per-draft errors store nothing for that draft and do not
+// fail the batch. Any other failure rolls the whole batch back and returns
+// an error wrapping history.ErrUnavailable. Results carry SentAt in UTC as
+// stored. An empty batch returns an empty slice without touching the
+// database.
 //
 // Member lists come from an in-process cache that is checked, inside the
 // write transaction, against the membership epoch every AddMember bumps, so
@@ -98,8 +98,8 @@ func (c *committer) one(d history.Draft) (history.Result, error) {
 		return history.Result{}, err
 	}
 	if _, member := slices.BinarySearch(ms, d.SenderID); ms == nil || !member {
-		// A resend of a committed message is a duplicate whatever chat it
-		// names: the idempotency key is checked before the rules.
+		// The idempotency key is checked before the rules: a resend names
+		// the original's chat and body, anything else is refused.
 		if r, found, err := c.duplicate(d); err != nil || found {
 			return r, err
 		}
@@ -166,7 +166,9 @@ func (c *committer) one(d history.Draft) (history.Result, error) {
 	return history.Result{Message: msg, Deliveries: deliveries, Members: slices.Clone(ms)}, nil
 }
 
-// duplicate looks up the message committed under d's idempotency key.
+// duplicate looks up the message committed under d's idempotency key
+// (found: the key is taken). The result is the original as a Duplicate, or
+// ErrInvalid when d names another chat or body (history.CheckResend).
 func (c *committer) duplicate(d history.Draft) (history.Result, bool, error) {
 	orig := history.Message{SenderID: d.SenderID, CorrelationID: d.CorrelationID}
 	var sentAt int64
@@ -177,6 +179,9 @@ func (c *committer) duplicate(d history.Draft) (history.Result, bool, error) {
 	}
 	if err != nil {
 		return history.Result{}, false, unavailable("commit: dedupe", err)
+	}
+	if err := history.CheckResend(orig.ChatID, orig.Body, d); err != nil {
+		return history.Result{Err: err}, true, nil
 	}
 	orig.SentAt = fromNanos(sentAt)
 	ms, err := c.members(orig.ChatID)

@@ -67,16 +67,17 @@ func (db *DB) Page(ctx context.Context, chatID, sinceID string, limit int) ([]hi
 
 // SaveReads upserts the read receipts in one transaction: per (ChatID,
 // UserID) the row keeps the receipt with the latest At (a later receipt in
-// the same call wins a tie). A receipt with an empty ChatID, UserID or
-// MessageID fails the call with ErrInvalid and nothing is saved. Chats and
+// the same call wins a tie). A receipt that history.CheckRead refuses (an
+// empty or over-long id, NUL, invalid UTF-8, a control character in the
+// user id) fails the call with ErrInvalid and nothing is saved. Chats and
 // messages are not checked; the caller has. An empty slice is a no-op.
 func (db *DB) SaveReads(ctx context.Context, reads []history.Read) error {
 	if len(reads) == 0 {
 		return nil
 	}
 	for _, r := range reads {
-		if r.ChatID == "" || r.UserID == "" || r.MessageID == "" {
-			return fmt.Errorf("%w: read receipt needs chat, user and message ids", history.ErrInvalid)
+		if err := history.CheckRead(r); err != nil {
+			return err
 		}
 	}
 	tx, err := db.w.BeginTx(ctx, nil)

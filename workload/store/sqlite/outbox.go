@@ -81,23 +81,38 @@ func (db *DB) Scan(ctx context.Context, partition int32, after int64, limit int)
 }
 
 // DeleteBelow deletes every outbox row with position below pos (a prefix)
-// on the writer and returns how many it deleted. Positions are never reused
-// afterwards. A partition other than 0 is an error; store failures wrap
-// outbox.ErrUnavailable and delete nothing.
+// on the writer, in statements of at most 2,000 ids, and returns how many
+// it deleted. Positions are never reused afterwards. A partition other than
+// 0 is an error; store failures wrap outbox.ErrUnavailable, and the rows
+// deleted before the failure stay deleted (all below pos: reclaimable
+// anyway).
 func (db *DB) DeleteBelow(ctx context.Context, partition int32, pos int64) (int64, error) {
 	if err := checkPartition("delete", partition); err != nil {
 		return 0, err
 	}
-	res, err := db.w.ExecContext(ctx, `DELETE FROM outbox WHERE id < ?`, pos)
-	if err != nil {
-		return 0, logUnavailable("delete", err)
+	// In chunks of deleteChunk ids, each its own statement: the store has
+	// one writer, and a prefix of tens of thousands of rows deleted at once
+	// holds it for hundreds of milliseconds, which every group commit
+	// waiting behind it adds to its latency.
+	var total int64
+	for {
+		res, err := db.w.ExecContext(ctx, `DELETE FROM outbox WHERE id < ? AND id < (SELECT min(id) FROM outbox) + ?`, pos, deleteChunk)
+		if err != nil {
+			return total, logUnavailable("delete", err)
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return total, logUnavailable("delete", err)
+		}
+		total += n
+		if n == 0 {
+			return total, nil
+		}
 	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return 0, logUnavailable("delete", err)
-	}
-	return n, nil
 }
+
+// deleteChunk is the most outbox ids one DELETE statement covers.
+const deleteChunk = 2000
 
 // Stats returns, from one snapshot, the number of rows present (a count,
 // linear in the depth), the head as Head reports it, and the CreatedAt of
@@ -121,4 +136,15 @@ func (db *DB) Stats(ctx context.Context, partition int32) (outbox.Stats, error) 
 		st.OldestAt = fromNanos(oldest.Int64)
 	}
 	return st, nil
+}
+
+// ID names this database's outbox: "sqlite:" and the random id minted when
+// its schema was created (table tetra_meta). Stable for the life of the
+// database file; a copy of the file shares it.
+func (db *DB) ID(ctx context.Context) (string, error) {
+	var id string
+	if err := db.r.QueryRowContext(ctx, `SELECT value FROM tetra_meta WHERE key = 'outbox_id'`).Scan(&id); err != nil {
+		return "", logUnavailable("outbox id", err)
+	}
+	return "sqlite:" + id, nil
 }

@@ -261,7 +261,7 @@ func TestReopenKeepsDataAndPositions(t *testing.T) {
 		t.Errorf("Page after reopen = %+v, %v", msgs, err)
 	}
 	// The idempotency key survives too.
-	dup := historytest.MustCommit(t, db, historytest.Draft(g.ID, "alice", "1", "again"))[0]
+	dup := historytest.MustCommit(t, db, historytest.Draft(g.ID, "alice", "1", "one"))[0]
 	if !dup.Duplicate || dup.Message.ID != res[0].Message.ID {
 		t.Errorf("resend after reopen = %+v, want the original", dup)
 	}
@@ -601,5 +601,38 @@ func TestQueryPlans(t *testing.T) {
 	page := plan(pageQuery, "c", "m", 10)
 	if !strings.Contains(page, "INDEX history_chat (chat_id=? AND id>?)") || strings.Contains(page, "TEMP B-TREE") {
 		t.Errorf("Page plan does not range over history_chat:\n%s", page)
+	}
+}
+
+// TestDeleteBelowInChunks: a prefix far larger than one delete statement
+// (deleteChunk) goes whole, and nothing at or above the line is touched.
+func TestDeleteBelowInChunks(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db := newDB(t)
+	g, err := db.CreateGroup(ctx, "alice", "g", []string{"bob", "carol", "dave"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var drafts []history.Draft
+	for i := range 1500 { // 6,000 rows: four members each
+		drafts = append(drafts, historytest.Draft(g.ID, "alice", fmt.Sprint("k", i), "x"))
+	}
+	res := historytest.MustCommit(t, db, drafts...)
+	line := res[1200].Deliveries[0].Pos // well past 2 x deleteChunk
+	n, err := db.DeleteBelow(ctx, 0, line)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := line - res[0].Deliveries[0].Pos; n != want {
+		t.Fatalf("deleted %d rows, want the %d below the line", n, want)
+	}
+	rows, err := db.Scan(ctx, 0, -1, 1)
+	if err != nil || len(rows) != 1 || rows[0].Pos != line {
+		t.Fatalf("first row after the delete: %+v, %v; want position %d", rows, err, line)
+	}
+	st, _ := db.Stats(ctx, 0)
+	if st.Depth != 6000-n {
+		t.Fatalf("depth %d after deleting %d of 6000", st.Depth, n)
 	}
 }

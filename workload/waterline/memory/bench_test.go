@@ -101,8 +101,9 @@ func BenchmarkSentAckParallel(b *testing.B) {
 func BenchmarkSafeLine5000Clients(b *testing.B) {
 	ctx := b.Context()
 	x, _ := loaded(b, 5000, 20, time.Now())
+	id := primed(b, x)
 	for b.Loop() {
-		if _, ok, err := x.SafeLine(ctx, 0); err != nil || !ok {
+		if _, ok, err := x.SafeLine(ctx, 0, id); err != nil || !ok {
 			b.Fatal(ok, err)
 		}
 	}

@@ -110,7 +110,7 @@ func TestInvariantsUnderRandomOps(t *testing.T) {
 			}
 			_, _ = x.Ack(ctx, c, ms)
 		default:
-			_ = x.Restore(ctx, c, []waterline.Entry{{MessageID: fmt.Sprint(rng.IntN(400)), Pos: int64(rng.IntN(1000))}})
+			_ = x.Restore(ctx, c, []waterline.Pending{{Entry: waterline.Entry{MessageID: fmt.Sprint(rng.IntN(400)), Pos: int64(rng.IntN(1000))}, Attempts: rng.IntN(3)}})
 		}
 		if i%25 == 0 {
 			if err := x.check(); err != nil {

@@ -261,11 +261,12 @@ func (x *Index) Ack(_ context.Context, clientID string, messageIDs []string) (in
 	return len(cl.pending), nil
 }
 
-// Restore adds entries to the client's pending set with Attempts 0 and a
-// lease at the Unix epoch (so they are due at once), skipping MessageIDs
-// already pending, which keep their attempts, lease and position. It
-// returns waterline.ErrUnknownClient for an unregistered client.
-func (x *Index) Restore(_ context.Context, clientID string, entries []waterline.Entry) error {
+// Restore adds entries to the client's pending set, each with its
+// Attempts and LeaseUntil (a zero LeaseUntil is due at once), skipping
+// MessageIDs already pending, which keep their attempts, lease and
+// position. It returns waterline.ErrUnknownClient for an unregistered
+// client.
+func (x *Index) Restore(_ context.Context, clientID string, entries []waterline.Pending) error {
 	s := x.shard(clientID)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -273,10 +274,15 @@ func (x *Index) Restore(_ context.Context, clientID string, entries []waterline.
 	if cl == nil {
 		return unknown("restore", clientID)
 	}
-	for _, en := range entries {
-		if cl.pending[en.MessageID] == nil {
-			s.add(cl, en, 0, 0)
+	for _, p := range entries {
+		if cl.pending[p.MessageID] != nil {
+			continue
 		}
+		var lease int64
+		if !p.LeaseUntil.IsZero() {
+			lease = unixNanos(p.LeaseUntil)
+		}
+		s.add(cl, p.Entry, max(p.Attempts, 0), lease)
 	}
 	return nil
 }
@@ -356,12 +362,11 @@ func (x *Index) Hold(_ context.Context, holder string, partition int32, pos int6
 	return nil
 }
 
-// holdLine returns the minimum live hold of partition and forgets expired
-// holds. Holds are few (one per poller and partition), so it scans them all.
-func (x *Index) holdLine(partition int32) (line int64, ok bool) {
+// holdLineLocked returns the minimum live hold of partition and forgets
+// expired holds; the caller holds meta. Holds are few (one per poller and
+// partition), so it scans them all.
+func (x *Index) holdLineLocked(partition int32) (line int64, ok bool) {
 	now := unixNanos(x.now())
-	x.meta.Lock()
-	defer x.meta.Unlock()
 	for k, h := range x.holds {
 		if h.until <= now {
 			delete(x.holds, k)
@@ -389,8 +394,21 @@ func (x *Index) holdLine(partition int32) (line int64, ok bool) {
 // pins are read, so a row the holder passed over is never missed. (Reading
 // the pins first could miss a send made between the two reads and then see
 // the raised hold.)
-func (x *Index) SafeLine(_ context.Context, partition int32) (int64, bool, error) {
-	line, ok := x.holdLine(partition)
+//
+// It first checks, under the lock that Reset and MarkPrimed take, that the
+// index is primed with identity (and that identity is this index's own):
+// otherwise waterline.ErrNotPrimed.
+func (x *Index) SafeLine(_ context.Context, partition int32, identity string) (int64, bool, error) {
+	x.meta.Lock()
+	primed := x.primed && x.primedIdentity == identity && x.identity == identity
+	if !primed {
+		x.meta.Unlock()
+		return 0, false, fmt.Errorf("memory: safe line: primed %v as %q, asked for %q: %w", x.primed, x.primedIdentity, identity, waterline.ErrNotPrimed)
+	}
+	line, ok := x.holdLineLocked(partition)
+	// Holding meta while the pins are read keeps a Reset from running in
+	// between (Reset takes meta first, then every shard).
+	defer x.meta.Unlock()
 	for i := range x.shards {
 		s := &x.shards[i]
 		s.mu.RLock()

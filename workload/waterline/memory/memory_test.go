@@ -1,6 +1,7 @@
 package memory_test
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"sync"
@@ -34,9 +35,21 @@ func (c *fakeClock) advance(d time.Duration) {
 	c.mu.Unlock()
 }
 
+// primed marks x primed with its identity, as a rebuild does, and returns
+// the identity.
+func primed(t testing.TB, x *memory.Index) string {
+	t.Helper()
+	id, _ := x.Identity(context.Background())
+	if err := x.MarkPrimed(context.Background(), id); err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
 func line(t *testing.T, x *memory.Index, part int32) string {
 	t.Helper()
-	l, ok, err := x.SafeLine(t.Context(), part)
+	id := primed(t, x)
+	l, ok, err := x.SafeLine(t.Context(), part, id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +129,7 @@ func TestExpiredEdges(t *testing.T) {
 		}
 	}
 	// Far past and future leases keep their order.
-	if err := x.Restore(ctx, "c", []waterline.Entry{{MessageID: "r", Pos: 0}}); err != nil {
+	if err := x.Restore(ctx, "c", []waterline.Pending{{Entry: waterline.Entry{MessageID: "r", Pos: 0}}}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := x.Sent(ctx, "c", []waterline.Entry{{MessageID: "old", Pos: 2}}, time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC)); err != nil {

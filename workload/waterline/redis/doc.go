@@ -25,13 +25,20 @@
 //	owners                 set   owners that heartbeat (the fleet, see below)
 //	alive:<owner>          str   the live process's token, while its heartbeat is fresh (PX = owner TTL)
 //	reaped:<owner>         str   tombstone: another process reaped this owner (PX 1 h)
-//	dev:<user> NUL <dev>   str   the device's newest claim epoch, Redis TIME in µs (PX 24 h)
+//	dev:<user>:<dev>       str   the device's newest claim epoch, Redis TIME in µs (PX 24 h);
+//	                             user and device query-escaped (":" too)
+//	outbox                 str   the outbox this prefix indexes (outbox.Log.ID), see BindOutbox
 //	fleet                  chan  pub/sub: "c"+JSON claim, "w"+owner wake-up, "b"+JSON broadcast
 //
 // and one key outside the prefix, since it describes the server itself:
 //
 //	tetra-identity-seen:<identity>  str  Redis TIME (ms) when a process first saw
 //	                                     this server identity (PX 7 d)
+//
+// Key names hold no NUL byte or other control character (ids are
+// refused with one), so `redis-cli --scan --pattern 'prefix*' | xargs
+// redis-cli del` cleans a prefix up. Members of the lease and hold sets do
+// use NUL as a separator; they are values, not names.
 //
 // The pending set is split per partition so that each pin is one ZRANGE 0 0;
 // an SQL outbox has only partition 0, so it is the paper's single set.

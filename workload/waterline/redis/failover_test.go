@@ -25,6 +25,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -46,6 +47,7 @@ import (
 	"github.com/tetra-messenger/tetra/workload/config"
 	"github.com/tetra-messenger/tetra/workload/delivery"
 	"github.com/tetra-messenger/tetra/workload/history"
+	"github.com/tetra-messenger/tetra/workload/outbox"
 	"github.com/tetra-messenger/tetra/workload/store/sqlite"
 	"github.com/tetra-messenger/tetra/workload/waterline"
 	"github.com/tetra-messenger/tetra/workload/waterline/redis"
@@ -323,13 +325,40 @@ func (c *fakeConn) received() map[string]int {
 }
 
 // faultyIndex forwards to the real index, but once frozen keeps answering
-// State and/or Identity with what the index said at the freeze: the
-// detection switched off, for the counterfactual runs.
+// State and/or Identity with what the index said at the freeze, and
+// computes SafeLine without the script's own priming check (as the index
+// did before it had one): the detection switched off, for the
+// counterfactual runs.
 type faultyIndex struct {
 	waterline.Index
+	raw   *goredis.Client // the same server, for the unchecked line
 	mu    sync.Mutex
 	state *waterline.State
 	id    *string
+	// blindLine computes SafeLine unchecked even when nothing is frozen.
+	blindLine bool
+}
+
+// SafeLine, once frozen, is the minimum of the pins and holds of the
+// partition as plain reads, with no priming check.
+func (f *faultyIndex) SafeLine(ctx context.Context, p int32, identity string) (int64, bool, error) {
+	f.mu.Lock()
+	blind := f.state != nil || f.id != nil || f.blindLine
+	f.mu.Unlock()
+	if !blind {
+		return f.Index.SafeLine(ctx, p, identity)
+	}
+	best, ok := int64(0), false
+	for _, key := range []string{"tetra:pins:", "tetra:holds:"} {
+		zs, err := f.raw.ZRangeWithScores(ctx, key+fmt.Sprint(p), 0, 0).Result()
+		if err != nil {
+			return 0, false, err
+		}
+		if len(zs) > 0 && (!ok || int64(zs[0].Score) < best) {
+			best, ok = int64(zs[0].Score), true
+		}
+	}
+	return best, ok, nil
 }
 
 func (f *faultyIndex) freeze(t *testing.T, state, identity bool) {
@@ -373,10 +402,39 @@ func (f *faultyIndex) Identity(ctx context.Context) (string, error) {
 	return f.Index.Identity(ctx)
 }
 
+// hookLog is the outbox with a hook in Stats, which GC reads between its
+// priming check and the safe line: an event planted there lands inside a
+// GC pass, as a Redis flush during a slow PostgreSQL statement would.
+type hookLog struct {
+	outbox.Log
+	mu   sync.Mutex
+	hook func()
+}
+
+func (h *hookLog) Stats(ctx context.Context, p int32) (outbox.Stats, error) {
+	h.mu.Lock()
+	hook := h.hook
+	h.hook = nil
+	h.mu.Unlock()
+	if hook != nil {
+		hook()
+	}
+	return h.Log.Stats(ctx, p)
+}
+
+// during runs f inside the next GC pass, between the priming check and the
+// safe line.
+func (r *rig) during(f func()) {
+	r.log.mu.Lock()
+	r.log.hook = f
+	r.log.mu.Unlock()
+}
+
 type rig struct {
 	t      *testing.T
 	ctx    context.Context
 	db     *sqlite.DB
+	log    *hookLog
 	idx    *faultyIndex
 	e      *delivery.Engine
 	chat   history.Chat
@@ -407,12 +465,19 @@ func newRig(t *testing.T, redisURL string) *rig {
 	tuning.GCGrace = 0
 	tuning.PollInterval = time.Hour
 	tuning.GCInterval = time.Hour
-	r := &rig{t: t, ctx: ctx, db: db, idx: &faultyIndex{Index: ix}, acked: map[string]bool{}}
+	opt, err := goredis.ParseURL(redisURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw := goredis.NewClient(opt)
+	t.Cleanup(func() { raw.Close() })
+	r := &rig{t: t, ctx: ctx, db: db, idx: &faultyIndex{Index: ix, raw: raw}, acked: map[string]bool{}}
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	if testing.Verbose() {
 		logger = slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	}
-	r.e, err = delivery.New(db, r.idx, func() config.Tuning { return tuning },
+	r.log = &hookLog{Log: db}
+	r.e, err = delivery.New(r.log, r.idx, func() config.Tuning { return tuning },
 		delivery.Config{Concurrency: 1, HoldTTL: time.Minute, StoreTimeout: 5 * time.Second}, logger)
 	if err != nil {
 		t.Fatal(err)
@@ -554,16 +619,23 @@ func TestStaleReplicaFailover(t *testing.T) {
 			}
 			r.wantNoLoss("after the failover's GC pass")
 
-			// Live delivery resumes from the rebuilt index: what bob had
-			// not acknowledged is re-sent (he dedupes), and once he
+			// The rebuild put back exactly what bob holds unacknowledged
+			// (m6..m8), within their leases: nothing is re-sent at once,
+			// nothing he acknowledged is pinned again. Once he
 			// acknowledges everything GC drains his rows.
+			unacked := 0
+			for _, id := range r.sent {
+				if !r.acked[id] {
+					unacked++
+				}
+			}
+			if st, err := r.idx.Index.Stats(r.ctx); err != nil || st.Pending != unacked {
+				t.Fatalf("index after the rebuild: %+v, %v; want bob's %d unacknowledged entries pending", st, err, unacked)
+			}
 			before := r.bob.received()
 			r.e.PollOnce(r.ctx)
-			after := r.bob.received()
-			for i, id := range r.sent {
-				if !r.acked[id] && after[id] <= before[id] {
-					t.Fatalf("m%d not re-delivered after the rebuild", i+1)
-				}
+			if after := r.bob.received(); !maps.Equal(before, after) {
+				t.Fatalf("the rebuild re-sent frames: before %v, after %v", before, after)
 			}
 			r.ack(r.sent...)
 			r.gc()
@@ -763,6 +835,90 @@ func TestRestart(t *testing.T) {
 	}
 }
 
+// TestGCInFlightAcrossARedisEvent: a flush, an empty restart or a move to a
+// stale replica that lands inside a GC pass, after its priming check and
+// before its safe line (here: while it reads the outbox statistics, as a
+// PostgreSQL whose backends stall would), must not delete bob's
+// unacknowledged rows: the safe line is refused (ErrNotPrimed) in the same
+// script that would read it, and the next pass rebuilds first. Issue 15
+// saw 10 of 10 unacknowledged rows deleted this way, and none re-delivered.
+// The counterfactual runs the same story with the script's check blinded.
+func TestGCInFlightAcrossARedisEvent(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		event func(a, b *server, svc *proxy)
+	}{
+		{"flushall", func(a, b *server, svc *proxy) { a.do("FLUSHALL") }},
+		{"restart-empty", func(a, b *server, svc *proxy) { a.kill(); a.start() }},
+		{"stale-replica", func(a, b *server, svc *proxy) {
+			b.do("REPLICAOF", "NO", "ONE")
+			svc.switchTo(b.addr)
+		}},
+	} {
+		for _, blind := range []bool{false, true} {
+			name := tc.name
+			if blind {
+				name += "/unchecked-overdeletes"
+			}
+			t.Run(name, func(t *testing.T) {
+				a, b := startServer(t), startServer(t)
+				svc := startProxy(t, a.addr)
+				// B is a replica of A (attached first: a master's first
+				// replica changes its replication id) that stops following
+				// A after the engine primed and before bob's sends.
+				b.do("REPLICAOF", "127.0.0.1", strings.Split(a.addr, ":")[1])
+				waitFor(t, "B to replicate A", func() bool { return b.info("replication")["master_link_status"] == "up" })
+				r := newRig(t, "redis://"+svc.addr())
+				waitReplicated(t, a, b)
+				b.do("REPLICAOF", "127.0.0.1", "1") // detached: it keeps its copy, gets nothing new
+
+				ids := r.commit(10)
+				r.e.PollOnce(r.ctx)
+				r.wantReceived(ids...)
+				r.gc() // alice's rows below bob's pin go
+				before := len(r.bobRows())
+				if blind {
+					r.idx.freeze(t, false, false)
+					r.idx.mu.Lock()
+					r.idx.blindLine = true
+					r.idx.mu.Unlock()
+				}
+				r.during(func() {
+					tc.event(a, b, svc)
+					// The poller goes on meanwhile and holds the outbox
+					// at its scan position on the server it now reaches.
+					r.e.PollOnce(r.ctx)
+				})
+				n, err := r.e.GCOnce(r.ctx)
+				if blind {
+					if lost := r.lostUnacked(); len(lost) == 0 {
+						t.Fatalf("with the check blinded the pass deleted nothing of bob's (n=%d, err=%v): the scenario does not exercise it", n, err)
+					}
+					return
+				}
+				if !errors.Is(err, waterline.ErrNotPrimed) {
+					t.Errorf("GC pass across the %s: err = %v, want ErrNotPrimed", tc.name, err)
+				}
+				r.wantNoLoss("the GC pass across the " + tc.name)
+				if after := len(r.bobRows()); after != before {
+					t.Fatalf("bob's rows %d -> %d across the %s", before, after, tc.name)
+				}
+				r.gc() // the next pass rebuilds from bob's window, then deletes what is safe
+				r.wantNoLoss("the pass after the " + tc.name)
+				if st, err := r.idx.Index.Stats(r.ctx); err != nil || st.Pending != 10 {
+					t.Fatalf("index after the rebuild: %+v, %v; want bob's 10 unacknowledged entries", st, err)
+				}
+				r.ack(ids...)
+				r.e.PollOnce(r.ctx)
+				r.gc()
+				if rows := r.bobRows(); len(rows) != 0 {
+					t.Fatalf("%d of bob's rows left after he acknowledged everything", len(rows))
+				}
+			})
+		}
+	}
+}
+
 // TestSentinelFailover: in Sentinel mode the index follows a failover to
 // the promoted replica, and its Identity changes while the replicated
 // primed flag does not, which is what makes the engine rebuild.
@@ -813,7 +969,15 @@ func TestSentinelFailover(t *testing.T) {
 	if err != nil || !st.Primed || st.Identity != idA {
 		t.Fatalf("State on B = %+v, %v; want primed with A's identity", st, err)
 	}
-	if l, ok, err := x.SafeLine(ctx, 0); err != nil || !ok || l != 42 {
+	// Asked for A's identity, B computes no line: the server changed.
+	if l, ok, err := x.SafeLine(ctx, 0, idA); !errors.Is(err, waterline.ErrNotPrimed) {
+		t.Fatalf("SafeLine on B for A's identity = %d, %v, %v; want ErrNotPrimed", l, ok, err)
+	}
+	idB := identity(t, x)
+	if err := x.MarkPrimed(ctx, idB); err != nil {
+		t.Fatal(err)
+	}
+	if l, ok, err := x.SafeLine(ctx, 0, idB); err != nil || !ok || l != 42 {
 		t.Fatalf("SafeLine on B = %d, %v, %v; want bob's pin 42", l, ok, err)
 	}
 	if _, err := x.Ack(ctx, "bob", []string{"m1"}); err != nil {

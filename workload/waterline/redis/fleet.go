@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"strconv"
 	"time"
 
@@ -25,8 +26,11 @@ const (
 
 var _ waterline.Fleet = (*Index)(nil)
 
+// kDevice is the key of a device's newest claim epoch. User and device
+// are query-escaped (":" included), so the key name is printable, has no
+// NUL byte, and no two (user, device) pairs share it.
 func (x *Index) kDevice(user, device string) string {
-	return x.cfg.Prefix + "dev:" + user + "\x00" + device
+	return x.cfg.Prefix + "dev:" + url.QueryEscape(user) + ":" + url.QueryEscape(device)
 }
 func (x *Index) kChannel() string { return x.cfg.Prefix + "fleet" }
 
@@ -101,16 +105,18 @@ func (x *Index) Broadcast(ctx context.Context, users []string, frame []byte) err
 // a wake-up, a read receipt for a broadcast, and leaves a superseded socket
 // open until its idle or pending reaper closes it (or its client goes
 // away).
-func (x *Index) Subscribe(ctx context.Context, h waterline.FleetHandlers) error {
+func (x *Index) Subscribe(ctx context.Context, h waterline.FleetHandlers) (<-chan struct{}, error) {
 	ps := x.rdb.Subscribe(ctx, x.kChannel())
 	cctx, cancel := x.call(ctx)
 	_, err := ps.Receive(cctx) // the subscription confirmation
 	cancel()
 	if err != nil {
 		ps.Close()
-		return unavailable("subscribe", err)
+		return nil, unavailable("subscribe", err)
 	}
+	done := make(chan struct{})
 	go func() {
+		defer close(done)
 		defer ps.Close()
 		ch := ps.Channel(goredis.WithChannelSize(1024))
 		for {
@@ -125,7 +131,7 @@ func (x *Index) Subscribe(ctx context.Context, h waterline.FleetHandlers) error 
 			}
 		}
 	}()
-	return nil
+	return done, nil
 }
 
 func (x *Index) dispatch(payload string, h waterline.FleetHandlers) {
@@ -157,7 +163,7 @@ func (x *Index) dispatch(payload string, h waterline.FleetHandlers) {
 }
 
 func (x *Index) aliveKeys() []string {
-	return []string{x.cfg.Prefix + "alive:" + x.cfg.Owner, x.cfg.Prefix + "reaped:" + x.cfg.Owner, x.cfg.Prefix + "owners"}
+	return []string{x.cfg.Prefix + "alive:" + x.cfg.Owner, x.cfg.Prefix + "reaped:" + x.cfg.Owner, x.kOwners()}
 }
 
 // Acquire implements waterline.Fleet.
@@ -205,7 +211,7 @@ func (x *Index) Heartbeat(ctx context.Context, ttl time.Duration) (bool, error) 
 func (x *Index) ReapDead(ctx context.Context) ([]string, error) {
 	cctx, cancel := x.call(ctx)
 	defer cancel()
-	res, err := reapScript.Run(cctx, x.rdb, []string{x.cfg.Prefix + "owners"},
+	res, err := reapScript.Run(cctx, x.rdb, []string{x.kOwners()},
 		x.cfg.Prefix, tombstoneTTL.Milliseconds()).StringSlice()
 	if err != nil {
 		return nil, unavailable("reap dead owners", err)
@@ -217,7 +223,7 @@ func (x *Index) ReapDead(ctx context.Context) ([]string, error) {
 func (x *Index) Laggards(ctx context.Context, identity string) ([]string, error) {
 	cctx, cancel := x.call(ctx)
 	defer cancel()
-	res, err := laggardsScript.Run(cctx, x.rdb, []string{x.cfg.Prefix + "owners"}, x.cfg.Prefix, identity).StringSlice()
+	res, err := laggardsScript.Run(cctx, x.rdb, []string{x.kOwners()}, x.cfg.Prefix, identity).StringSlice()
 	if err != nil {
 		return nil, unavailable("laggards", err)
 	}
@@ -244,4 +250,22 @@ func (x *Index) IdentityAge(ctx context.Context, identity string) (time.Duration
 		return 0, unavailable("identity age", err)
 	}
 	return time.Duration(ms) * time.Millisecond, nil
+}
+
+// BindOutbox implements waterline.Fleet: one script records outboxID under
+// the prefix ("outbox") unless another outbox is recorded and another
+// owner is alive.
+func (x *Index) BindOutbox(ctx context.Context, outboxID string) error {
+	cctx, cancel := x.call(ctx)
+	defer cancel()
+	res, err := bindScript.Run(cctx, x.rdb, []string{x.cfg.Prefix + "outbox", x.kOwners()},
+		x.cfg.Prefix, outboxID, x.cfg.Owner).StringSlice()
+	if err != nil {
+		return unavailable("bind outbox", err)
+	}
+	if len(res) == 2 {
+		return fmt.Errorf("redis: key prefix %q already indexes outbox %s, and its process %q is alive (this one's is %s): give each deployment its own --index-prefix: %w",
+			x.cfg.Prefix, res[0], res[1], outboxID, waterline.ErrPrefixTaken)
+	}
+	return nil
 }

@@ -2,11 +2,13 @@ package redis_test
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/tetra-messenger/tetra/workload/waterline"
 	"github.com/tetra-messenger/tetra/workload/waterline/redis"
@@ -36,12 +38,23 @@ func TestClaimsAreOrderedAndAnnounced(t *testing.T) {
 	var heardA, heardB []waterline.Claim
 	wakesA, wakesB := 0, 0
 	var casts []string
-	if err := a.Subscribe(ctx, waterline.FleetHandlers{
+	sctx, stop := context.WithCancel(ctx)
+	doneA, err := a.Subscribe(sctx, waterline.FleetHandlers{
 		OnClaim: func(c waterline.Claim) { mu.Lock(); heardA = append(heardA, c); mu.Unlock() },
-		OnWake:  func() { mu.Lock(); wakesA++; mu.Unlock() }}); err != nil {
+		OnWake:  func() { mu.Lock(); wakesA++; mu.Unlock() }})
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := b.Subscribe(ctx, waterline.FleetHandlers{
+	// The subscriber goroutine ends with its context.
+	defer func() {
+		stop()
+		select {
+		case <-doneA:
+		case <-time.After(10 * time.Second):
+			t.Error("the subscriber did not end after its context")
+		}
+	}()
+	if _, err := b.Subscribe(ctx, waterline.FleetHandlers{
 		OnClaim: func(c waterline.Claim) { mu.Lock(); heardB = append(heardB, c); mu.Unlock() },
 		OnWake:  func() { mu.Lock(); wakesB++; mu.Unlock() },
 		OnBroadcast: func(users []string, frame []byte) {
@@ -132,9 +145,8 @@ func TestReapDeadOwner(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := a.MarkPrimed(ctx, "id"); err != nil {
-		t.Fatal(err)
-	}
+	id := primed(t, a)
+	primed(t, b)
 	if _, err := a.Heartbeat(ctx, 300*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +155,7 @@ func TestReapDeadOwner(t *testing.T) {
 	}
 	line := func() int64 {
 		t.Helper()
-		l, ok, err := b.SafeLine(ctx, 0)
+		l, ok, err := b.SafeLine(ctx, 0, id)
 		if err != nil || !ok {
 			t.Fatalf("SafeLine = %d, %v, %v", l, ok, err)
 		}
@@ -175,6 +187,12 @@ func TestReapDeadOwner(t *testing.T) {
 	if r, err := a.Heartbeat(ctx, time.Minute); err != nil || r {
 		t.Fatalf("pod-a's second Heartbeat = %v, %v; want not reaped (tombstone consumed)", r, err)
 	}
+	// pod-a is alive again, unprimed: a laggard, so no line until it
+	// rebuilds.
+	if _, _, err := b.SafeLine(ctx, 0, id); !errors.Is(err, waterline.ErrNotPrimed) {
+		t.Fatalf("SafeLine while the reaped pod-a lives unprimed: %v; want ErrNotPrimed", err)
+	}
+	primed(t, a)
 	// An owner that never heartbeat (an older build) is never reaped.
 	cfg.Owner = "old-build"
 	c, err := redis.New(ctx, cfg)
@@ -254,5 +272,74 @@ func TestIdentityAge(t *testing.T) {
 	}
 	if age, err := b.IdentityAge(ctx, id2); err != nil || age > time.Second {
 		t.Fatalf("a new identity: age %v, %v; want about 0", age, err)
+	}
+}
+
+// TestKeyNamesArePrintable: every key the index and the fleet write under
+// the prefix is printable UTF-8 with no NUL or control byte, even for user
+// and device names with separators and non-ASCII letters, so a
+// `redis-cli --scan | xargs redis-cli del` cleanup works (issue 15).
+func TestKeyNamesArePrintable(t *testing.T) {
+	ctx := t.Context()
+	x, cfg := newIndex(t, func(c *redis.Config) { c.Owner = "pod:ä" })
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(x.Connect(ctx, waterline.Client{ID: "c1", User: "bob:x", Device: "phone ☎", Start: map[int32]int64{0: 0}}))
+	_, err := x.Sent(ctx, "c1", []waterline.Entry{{MessageID: "m1", Partition: 0, Pos: 3}}, time.Now().Add(time.Hour))
+	must(err)
+	must(x.Hold(ctx, "poller", 0, 1, time.Minute))
+	_, err = x.Claim(ctx, "bob:x", "phone ☎", "c1")
+	must(err)
+	_, err = x.Heartbeat(ctx, time.Minute)
+	must(err)
+	must(x.BindOutbox(ctx, "postgres:abc"))
+	must(x.MarkPrimed(ctx, primed(t, x)))
+	keys, err := rawClient(t, cfg.URL).Keys(ctx, cfg.Prefix+"*").Result()
+	must(err)
+	if len(keys) < 8 {
+		t.Fatalf("only %d keys under the prefix: %v", len(keys), keys)
+	}
+	for _, k := range keys {
+		if !utf8.ValidString(k) || strings.IndexFunc(k, func(r rune) bool { return r < 0x20 || r == 0x7f }) >= 0 {
+			t.Errorf("key %q is not printable", k)
+		}
+	}
+}
+
+// TestBindOutbox: a prefix covers one outbox while any other process of it
+// is alive; the same outbox binds again (every replica does), another is
+// refused, and once the others are gone it may take the prefix over.
+func TestBindOutbox(t *testing.T) {
+	ctx := t.Context()
+	a, cfg := newIndex(t, func(c *redis.Config) { c.Owner = "a" })
+	cfg.Owner = "b"
+	b, err := redis.New(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	for _, x := range []*redis.Index{a, b} {
+		if held, err := x.Acquire(ctx, time.Minute); err != nil || !held {
+			t.Fatalf("Acquire = %v, %v", held, err)
+		}
+	}
+	if err := a.BindOutbox(ctx, "postgres:one"); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.BindOutbox(ctx, "postgres:one"); err != nil {
+		t.Fatalf("a second process of the same outbox: %v", err)
+	}
+	if err := b.BindOutbox(ctx, "postgres:two"); !errors.Is(err, waterline.ErrPrefixTaken) || !strings.Contains(err.Error(), "postgres:one") {
+		t.Fatalf("another outbox while a lives: %v; want ErrPrefixTaken naming postgres:one", err)
+	}
+	if err := a.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.BindOutbox(ctx, "postgres:two"); err != nil {
+		t.Fatalf("another outbox once the others are gone: %v", err)
 	}
 }

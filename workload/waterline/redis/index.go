@@ -92,27 +92,38 @@ func (x *Index) Sent(ctx context.Context, clientID string, entries []waterline.E
 	return x.record(ctx, "sent", clientID, entries, ceilMillis(leaseUntil), "1", "1")
 }
 
-// Restore adds entries to the client's pending set with Attempts 0 and a
-// lease at the Unix epoch (due at once), skipping MessageIDs already
-// pending. Entries go in scripts of up to 5,000; each partition's lowest
-// entry goes in the first, so the client's pins are at their final value
-// from the first call on. It returns waterline.ErrUnknownClient for a client
-// this owner did not register.
-func (x *Index) Restore(ctx context.Context, clientID string, entries []waterline.Entry) error {
-	if len(entries) <= restoreChunk {
-		_, err := x.record(ctx, "restore", clientID, entries, 0, "0", "0")
-		return err
-	}
+// Restore adds entries to the client's pending set, each with its Attempts
+// and LeaseUntil (zero: due at once; stored in whole milliseconds, rounded
+// up), skipping MessageIDs already pending. Entries go in scripts of up to
+// 5,000; each partition's lowest entry goes in the first, so the client's
+// pins are at their final value from the first call on. It returns
+// waterline.ErrUnknownClient for a client this owner did not register.
+func (x *Index) Restore(ctx context.Context, clientID string, entries []waterline.Pending) error {
 	for _, e := range entries { // all or nothing: check before the first chunk
-		if err := checkPos("restore", clientID, e); err != nil {
+		if err := checkPos("restore", clientID, e.Entry); err != nil {
 			return err
 		}
 	}
 	ordered := lowestFirst(entries)
 	for len(ordered) > 0 {
 		n := min(restoreChunk, len(ordered))
-		if _, err := x.record(ctx, "restore", clientID, ordered[:n], 0, "0", "0"); err != nil {
-			return err
+		args := make([]any, 0, 2+6*n)
+		args = append(args, x.cfg.Prefix, clientID)
+		for _, e := range ordered[:n] {
+			var lease int64
+			if !e.LeaseUntil.IsZero() {
+				lease = ceilMillis(e.LeaseUntil)
+			}
+			args = append(args, e.MessageID, itoa32(e.Partition), e.Pos, posKey(e.Pos)+partKey(e.Partition), max(e.Attempts, 0), lease)
+		}
+		cctx, cancel := x.call(ctx)
+		res, err := restoreScript.Run(cctx, x.rdb, []string{x.kClients, x.kState(clientID), x.kLease}, args...).Int64()
+		cancel()
+		if err != nil {
+			return unavailable("restore", err)
+		}
+		if res < 0 {
+			return unknown("restore", clientID)
 		}
 		ordered = ordered[n:]
 	}
@@ -121,14 +132,14 @@ func (x *Index) Restore(ctx context.Context, clientID string, entries []waterlin
 
 // lowestFirst returns a copy of entries with each partition's lowest
 // position moved to the front.
-func lowestFirst(entries []waterline.Entry) []waterline.Entry {
+func lowestFirst(entries []waterline.Pending) []waterline.Pending {
 	low := map[int32]int{}
 	for i, e := range entries {
 		if j, ok := low[e.Partition]; !ok || e.Pos < entries[j].Pos {
 			low[e.Partition] = i
 		}
 	}
-	out := make([]waterline.Entry, 0, len(entries))
+	out := make([]waterline.Pending, 0, len(entries))
 	idx := slices.Sorted(maps.Values(low))
 	for _, i := range idx {
 		out = append(out, entries[i])
@@ -280,15 +291,22 @@ func (x *Index) Hold(ctx context.Context, holder string, partition int32, pos in
 // SafeLine returns the minimum, for partition, over the pins of every
 // registered client (of every owner sharing the prefix: one process's GC
 // must respect another's connections) and the live holds, in one script
-// that also drops the holds that expired by the server's clock.
-func (x *Index) SafeLine(ctx context.Context, partition int32) (int64, bool, error) {
+// that also drops the holds that expired by the server's clock. The same
+// script first checks that the server's identity (INFO run_id and
+// master_replid, as Identity) is identity, that this owner's primed flag
+// records identity and that every live owner's does; otherwise it reads no
+// pin and SafeLine returns waterline.ErrNotPrimed.
+func (x *Index) SafeLine(ctx context.Context, partition int32, identity string) (int64, bool, error) {
 	cctx, cancel := x.call(ctx)
 	defer cancel()
 	line, err := safeLineScript.Run(cctx, x.rdb,
-		[]string{x.kPins(partition), x.kHolds(partition), x.kHoldExp(partition)}).Int64()
+		[]string{x.kPins(partition), x.kHolds(partition), x.kHoldExp(partition), x.kPrimed, x.kOwners()},
+		identity, x.cfg.Prefix).Int64()
 	switch {
 	case errors.Is(err, goredis.Nil):
 		return 0, false, nil
+	case err != nil && strings.HasPrefix(err.Error(), "NOTPRIMED"):
+		return 0, false, fmt.Errorf("redis: safe line: %s: %w", strings.TrimPrefix(err.Error(), "NOTPRIMED "), waterline.ErrNotPrimed)
 	case err != nil:
 		return 0, false, unavailable("safe line", err)
 	}

@@ -266,6 +266,7 @@ func (x *Index) kParts(cid string) string   { return x.cfg.Prefix + "parts:" + c
 func (x *Index) kPins(part int32) string    { return x.cfg.Prefix + "pins:" + itoa32(part) }
 func (x *Index) kHolds(part int32) string   { return x.cfg.Prefix + "holds:" + itoa32(part) }
 func (x *Index) kHoldExp(part int32) string { return x.cfg.Prefix + "holdexp:" + itoa32(part) }
+func (x *Index) kOwners() string            { return x.cfg.Prefix + "owners" }
 
 func itoa32(p int32) string { return strconv.FormatInt(int64(p), 10) }
 

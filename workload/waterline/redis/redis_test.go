@@ -33,6 +33,20 @@ func newIndex(tb testing.TB, edit ...func(*redis.Config)) (*redis.Index, redis.C
 	return x, cfg
 }
 
+// primed marks x primed with its server's identity, as a rebuild does, and
+// returns the identity (what SafeLine is asked for).
+func primed(tb testing.TB, x *redis.Index) string {
+	tb.Helper()
+	id, err := x.Identity(context.Background())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := x.MarkPrimed(context.Background(), id); err != nil {
+		tb.Fatal(err)
+	}
+	return id
+}
+
 func TestConformance(t *testing.T) {
 	waterlinetest.Run(t, func(t *testing.T) waterline.Index {
 		x, _ := newIndex(t)
@@ -80,8 +94,8 @@ func TestFlushUnprimes(t *testing.T) {
 	if st, err := x.State(ctx); err != nil || st.Primed {
 		t.Fatalf("State after the flush = %+v, %v; want unprimed", st, err)
 	}
-	if _, ok, err := x.SafeLine(ctx, 0); err != nil || ok {
-		t.Fatalf("SafeLine after the flush: ok %v, %v; want nothing pinned", ok, err)
+	if l, ok, err := x.SafeLine(ctx, 0, id); !errors.Is(err, waterline.ErrNotPrimed) {
+		t.Fatalf("SafeLine after the flush = %d, %v, %v; want ErrNotPrimed (no line from an emptied index)", l, ok, err)
 	}
 	_, err = x.Sent(ctx, "c", []waterline.Entry{{MessageID: "m2", Pos: 8}}, time.Now())
 	if !errors.Is(err, waterline.ErrUnknownClient) {
@@ -116,9 +130,11 @@ func TestOwnersShareTheLine(t *testing.T) {
 	must(a.Hold(ctx, "poller", 0, 3, time.Hour))
 	must(b.Hold(ctx, "poller", 0, 4, time.Hour)) // same holder name, another owner
 
+	id := primed(t, a)
+	primed(t, b)
 	wantLine := func(x *redis.Index, want int64) {
 		t.Helper()
-		l, ok, err := x.SafeLine(ctx, 0)
+		l, ok, err := x.SafeLine(ctx, 0, id)
 		if err != nil || !ok || l != want {
 			t.Fatalf("SafeLine = %d, %v, %v; want %d", l, ok, err, want)
 		}
@@ -140,14 +156,12 @@ func TestOwnersShareTheLine(t *testing.T) {
 		t.Fatalf("a.Stats = %+v", st)
 	}
 
-	must(a.MarkPrimed(ctx, "x"))
-	must(b.MarkPrimed(ctx, "y"))
 	must(a.Reset(ctx))
 	wantLine(b, 4) // a's hold and pin are gone; b's hold (4) and pin (5) stay
 	must(b.Hold(ctx, "poller", 0, -1, 0))
 	wantLine(b, 5)
-	if st, _ := b.State(ctx); !st.Primed || st.Identity != "y" {
-		t.Fatalf("b.State after a.Reset = %+v; want primed y", st)
+	if st, _ := b.State(ctx); !st.Primed || st.Identity != id {
+		t.Fatalf("b.State after a.Reset = %+v; want primed %s", st, id)
 	}
 	if st, _ := a.State(ctx); st.Primed {
 		t.Fatalf("a.State after Reset = %+v; want unprimed", st)
@@ -221,10 +235,10 @@ func TestRestoreLarge(t *testing.T) {
 	if err := x.Connect(ctx, waterline.Client{ID: "c"}); err != nil {
 		t.Fatal(err)
 	}
-	var es []waterline.Entry
+	var es []waterline.Pending
 	for i := range 12_000 {
 		// Descending positions, so the lowest comes last.
-		es = append(es, waterline.Entry{MessageID: fmt.Sprint("m", i), Partition: int32(i % 2), Pos: int64(100_000 - i)})
+		es = append(es, waterline.Pending{Entry: waterline.Entry{MessageID: fmt.Sprint("m", i), Partition: int32(i % 2), Pos: int64(100_000 - i)}})
 	}
 	if err := x.Restore(ctx, "c", es); err != nil {
 		t.Fatal(err)
@@ -232,8 +246,9 @@ func TestRestoreLarge(t *testing.T) {
 	if st, err := x.Stats(ctx); err != nil || st.Pending != len(es) {
 		t.Fatalf("Stats = %+v, %v; want %d pending", st, err, len(es))
 	}
+	id := primed(t, x)
 	for p, want := range map[int32]int64{0: 100_000 - 11_998, 1: 100_000 - 11_999} {
-		if l, ok, err := x.SafeLine(ctx, p); err != nil || !ok || l != want {
+		if l, ok, err := x.SafeLine(ctx, p, id); err != nil || !ok || l != want {
 			t.Fatalf("SafeLine(%d) = %d, %v, %v; want %d", p, l, ok, err, want)
 		}
 	}
@@ -260,7 +275,7 @@ func TestPositionBounds(t *testing.T) {
 	if _, err := x.Sent(ctx, "c", []waterline.Entry{{MessageID: "big", Pos: redis.MaxPos}}, time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	if l, ok, err := x.SafeLine(ctx, 0); err != nil || !ok || l != redis.MaxPos {
+	if l, ok, err := x.SafeLine(ctx, 0, primed(t, x)); err != nil || !ok || l != redis.MaxPos {
 		t.Fatalf("SafeLine = %d, %v, %v; want MaxPos exactly", l, ok, err)
 	}
 }
@@ -314,7 +329,7 @@ func TestErrorsWrapUnavailable(t *testing.T) {
 	}
 	_, err1 := x.Sent(ctx, "c", nil, time.Now())
 	_, err2 := x.Ack(ctx, "c", nil)
-	_, _, err3 := x.SafeLine(ctx, 0)
+	_, _, err3 := x.SafeLine(ctx, 0, "id")
 	_, err4 := x.State(ctx)
 	_, err5 := x.Identity(ctx)
 	_, err6 := x.Expired(ctx, time.Now(), 1)

@@ -46,10 +46,9 @@ end
 `
 
 // sentScript: KEYS = clients, st, lease; ARGV = prefix, cid, leaseMs,
-// attempts for a new entry (1 for Sent, 0 for Restore), resend ("1": a
-// pending entry gets attempts+1 and the lease; "0": it is left alone), then
-// (messageID, partition, pos, key) per entry. Returns the client's pending
-// count, or -1.
+// attempts for a new entry (1), resend ("1": a pending entry gets
+// attempts+1 and the lease), then (messageID, partition, pos, key) per
+// entry. Returns the client's pending count, or -1.
 var sentScript = goredis.NewScript(entryLua + `
 if redis.call('HEXISTS', KEYS[1], ARGV[2]) == 0 then return -1 end
 local pfx, cid, lease, first, resend = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5] == '1'
@@ -148,10 +147,57 @@ redis.call('SADD', KEYS[3], ARGV[4])
 return 1
 `)
 
-// safeLineScript: KEYS = pins:part, holds:part, holdexp:part. Drops the
-// holds whose expiry is at or before the server's TIME, then returns the
-// minimum of the lowest pin and the lowest live hold, or nil.
-var safeLineScript = goredis.NewScript(timeLua + `
+// restoreScript: KEYS = clients, st, lease; ARGV = prefix, cid, then
+// (messageID, partition, pos, key, attempts, leaseMs) per entry. An entry
+// whose messageID is pending is left alone; the others are added with their
+// attempts and lease. The pins of the partitions that gained an entry are
+// recomputed. Returns the client's pending count, or -1.
+var restoreScript = goredis.NewScript(entryLua + `
+if redis.call('HEXISTS', KEYS[1], ARGV[2]) == 0 then return -1 end
+local pfx, cid = ARGV[1], ARGV[2]
+local touched = {}
+for i = 3, #ARGV, 6 do
+  local id, part, pos, key, att, lease = ARGV[i], ARGV[i+1], ARGV[i+2], ARGV[i+3], tonumber(ARGV[i+4]), ARGV[i+5]
+  if redis.call('HEXISTS', KEYS[2], id) == 0 then
+    redis.call('HSET', KEYS[2], id, part .. ':' .. att .. ':' .. key)
+    redis.call('ZADD', pfx .. 'pend:' .. cid .. ':' .. part, pos, id)
+    redis.call('ZADD', KEYS[3], lease, member(key, att, cid, id))
+    touched[part] = true
+  end
+end
+for part in pairs(touched) do repin(pfx, cid, part) end
+return redis.call('HLEN', KEYS[2])
+`)
+
+// identityLua computes the server's identity exactly as Index.Identity
+// does ("run_id/master_replid" from INFO), inside a script.
+const identityLua = `
+local function infoField(section, name)
+  return string.match(redis.call('INFO', section), name .. ':(%w+)') or ''
+end
+local live = infoField('server', 'run_id') .. '/' .. infoField('replication', 'master_replid')
+`
+
+// safeLineScript: KEYS = pins:part, holds:part, holdexp:part, primed:<owner>,
+// owners; ARGV = identity, prefix. Refuses with a NOTPRIMED error, before
+// reading anything else, unless the server's identity is ARGV[1], this
+// owner's primed flag records it and every live owner's primed flag records
+// it too. Then drops the holds whose expiry is at or before the server's
+// TIME and returns the minimum of the lowest pin and the lowest live hold,
+// or nil. One script, so no flush, restart or failover can fall between the
+// checks and the minimum.
+var safeLineScript = goredis.NewScript(timeLua + identityLua + `
+if live ~= ARGV[1] then
+  return redis.error_reply('NOTPRIMED the server is ' .. live .. ', not ' .. ARGV[1])
+end
+if redis.call('GET', KEYS[4]) ~= ARGV[1] then
+  return redis.error_reply('NOTPRIMED this owner is not primed with ' .. ARGV[1])
+end
+for _, owner in ipairs(redis.call('SMEMBERS', KEYS[5])) do
+  if redis.call('EXISTS', ARGV[2] .. 'alive:' .. owner) == 1 and redis.call('GET', ARGV[2] .. 'primed:' .. owner) ~= ARGV[1] then
+    return redis.error_reply('NOTPRIMED the live owner ' .. owner .. ' is not primed with ' .. ARGV[1])
+  end
+end
 local dead = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)
 for i = 1, #dead, 1000 do
   local batch = {}
@@ -292,4 +338,21 @@ local first = tonumber(redis.call('GET', KEYS[1]) or '')
 if first == nil then first = now end
 redis.call('SET', KEYS[1], string.format('%.0f', first), 'PX', ARGV[1])
 return now - first
+`)
+
+// bindScript: KEYS = outbox, owners; ARGV = prefix, outboxID, owner.
+// Records outboxID as the outbox the prefix indexes, unless another one is
+// recorded and an owner other than ARGV[3] is alive: then returns that
+// outbox and the live owner, writing nothing. Returns {} when bound.
+var bindScript = goredis.NewScript(`
+local cur = redis.call('GET', KEYS[1])
+if cur and cur ~= ARGV[2] then
+  for _, owner in ipairs(redis.call('SMEMBERS', KEYS[2])) do
+    if owner ~= ARGV[3] and redis.call('EXISTS', ARGV[1] .. 'alive:' .. owner) == 1 then
+      return {cur, owner}
+    end
+  end
+end
+redis.call('SET', KEYS[1], ARGV[2])
+return {}
 `)

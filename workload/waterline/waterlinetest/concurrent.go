@@ -50,11 +50,11 @@ func testConcurrent(h *harness) {
 					return
 				default:
 				}
-				if line, ok, err := h.ix.SafeLine(ctx, 0); err != nil || !ok || line != floorPos {
+				if line, ok, err := h.ix.SafeLine(ctx, 0, h.identity); err != nil || !ok || line != floorPos {
 					h.t.Errorf("concurrent SafeLine(0) = %d, %v, %v; want %d, true", line, ok, err, floorPos)
 					return
 				}
-				if _, _, err := h.ix.SafeLine(ctx, 1); err != nil {
+				if _, _, err := h.ix.SafeLine(ctx, 1, h.identity); err != nil {
 					h.t.Errorf("concurrent SafeLine(1): %v", err)
 					return
 				}

@@ -25,8 +25,9 @@ type modelEntry struct {
 	lease    int // milliseconds after base; restoredLease for Restore
 }
 
-// restoredLease stands for Restore's "already expired" lease: before every
-// lease the test sends with, and at or before every now it asks about.
+// restoredLease stands for a Restore with a zero lease ("due at once"):
+// before every lease the test sends with, and at or before every now it
+// asks about.
 const restoredLease = -1 << 30
 
 func (m *model) line(part int32) (int64, bool) {
@@ -159,15 +160,27 @@ func testAgainstModel(h *harness) {
 				fail("Ack(%s) pending = %d, want %d", c, n, len(m.clients[c]))
 			}
 		case r < 900:
+			// Restore with a random attempts count and either a due
+			// (zero) lease or one like Sent's.
 			es := pick()
-			opLog = append(opLog, fmt.Sprintf("restore %s %v", c, es))
-			err := h.ix.Restore(ctx, c, es)
+			ps := make([]waterline.Pending, len(es))
+			leases := make([]int, len(es))
+			for i, e := range es {
+				ps[i] = waterline.Pending{Entry: e, Attempts: rng.IntN(4)}
+				leases[i] = restoredLease
+				if rng.IntN(2) == 0 {
+					leases[i] = rng.IntN(30)
+					ps[i].LeaseUntil = at(leases[i])
+				}
+			}
+			opLog = append(opLog, fmt.Sprintf("restore %s %v", c, ps))
+			err := h.ix.Restore(ctx, c, ps)
 			if !checkErr("Restore", c, err) {
 				break
 			}
-			for _, e := range es {
-				if m.clients[c][e.MessageID] == nil {
-					m.clients[c][e.MessageID] = &modelEntry{Entry: e, lease: restoredLease}
+			for i, p := range ps {
+				if m.clients[c][p.MessageID] == nil {
+					m.clients[c][p.MessageID] = &modelEntry{Entry: p.Entry, attempts: p.Attempts, lease: leases[i]}
 				}
 			}
 		case r < 997:
@@ -187,12 +200,16 @@ func testAgainstModel(h *harness) {
 			if err := h.ix.Reset(ctx); err != nil {
 				fail("Reset: %v", err)
 			}
+			if _, _, err := h.ix.SafeLine(ctx, 0, h.identity); !errors.Is(err, waterline.ErrNotPrimed) {
+				fail("SafeLine after Reset: err = %v, want ErrNotPrimed", err)
+			}
+			h.prime()
 			m.clients = map[string]map[string]*modelEntry{}
 			m.holds = map[string]int64{}
 		}
 
 		for p := range int32(4) {
-			gl, gok, err := h.ix.SafeLine(ctx, p)
+			gl, gok, err := h.ix.SafeLine(ctx, p, h.identity)
 			wl, wok := m.line(p)
 			if err != nil || gok != wok || (wok && gl != wl) {
 				fail("SafeLine(%d) = %d, %v, %v; want %d, %v", p, gl, gok, err, wl, wok)

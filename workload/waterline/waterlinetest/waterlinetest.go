@@ -31,6 +31,7 @@ func Run(t *testing.T, newIndex func(t *testing.T) waterline.Index) {
 		{"Holds", testHolds},
 		{"HoldExpires", testHoldExpires},
 		{"Restore", testRestore},
+		{"SafeLineOnlyWhenPrimed", testSafeLineOnlyWhenPrimed},
 		{"Reset", testReset},
 		{"Priming", testPriming},
 		{"Stats", testStats},
@@ -45,22 +46,41 @@ func Run(t *testing.T, newIndex func(t *testing.T) waterline.Index) {
 			if ix == nil {
 				t.Fatal("newIndex returned nil")
 			}
-			tc.fn(&harness{
+			h := &harness{
 				t:    t,
 				ctx:  t.Context(),
 				ix:   ix,
 				base: time.Now().Truncate(time.Millisecond),
-			})
+			}
+			id, err := ix.Identity(h.ctx)
+			if err != nil {
+				t.Fatalf("Identity: %v", err)
+			}
+			h.identity = id
+			if tc.name != "Priming" {
+				h.prime()
+			}
+			tc.fn(h)
 		})
 	}
 }
 
 // harness wraps an index with helpers that fail the test on error.
 type harness struct {
-	t    *testing.T
-	ctx  context.Context
-	ix   waterline.Index
-	base time.Time // a whole millisecond
+	t        *testing.T
+	ctx      context.Context
+	ix       waterline.Index
+	base     time.Time // a whole millisecond
+	identity string    // the index's Identity, which SafeLine is asked for
+}
+
+// prime marks the index primed with its identity, as a rebuild does, so
+// that SafeLine answers.
+func (h *harness) prime() {
+	h.t.Helper()
+	if err := h.ix.MarkPrimed(h.ctx, h.identity); err != nil {
+		h.t.Fatalf("MarkPrimed: %v", err)
+	}
 }
 
 // at returns base plus ms milliseconds.
@@ -129,7 +149,7 @@ func (h *harness) hold(holder string, part int32, pos int64, ttl time.Duration) 
 
 func (h *harness) line(part int32) (int64, bool) {
 	h.t.Helper()
-	line, ok, err := h.ix.SafeLine(h.ctx, part)
+	line, ok, err := h.ix.SafeLine(h.ctx, part, h.identity)
 	if err != nil {
 		h.t.Fatalf("SafeLine(%d): %v", part, err)
 	}
@@ -400,7 +420,7 @@ func testUnknownClient(h *harness) {
 	h.wantUnknown("Sent", err)
 	_, err = h.ix.Ack(h.ctx, "ghost", []string{"m"})
 	h.wantUnknown("Ack", err)
-	err = h.ix.Restore(h.ctx, "ghost", []waterline.Entry{ent("m", 0, 1)})
+	err = h.ix.Restore(h.ctx, "ghost", []waterline.Pending{{Entry: ent("m", 0, 1)}})
 	h.wantUnknown("Restore", err)
 	h.wantNoLine(0)
 	h.wantStats(waterline.Stats{})
@@ -520,19 +540,27 @@ func testHoldExpires(h *harness) {
 	h.wantNoLine(1)
 }
 
-// testRestore: restored entries are pending with 0 attempts and already
-// due; pending entries are not overwritten.
+// testRestore: restored entries are pending with the attempts and lease
+// they were restored with (a zero lease is due at once); pending entries
+// are not overwritten.
 func testRestore(h *harness) {
 	h.connect("c")
 	future := time.Now().Add(time.Hour).Truncate(time.Millisecond)
+	later := future.Add(time.Minute)
 	h.wantSent("c", future, 1, ent("m1", 0, 50))
 
-	err := h.ix.Restore(h.ctx, "c", []waterline.Entry{ent("m0", 0, 40), ent("m1", 0, 999), ent("m2", 0, 60)})
+	err := h.ix.Restore(h.ctx, "c", []waterline.Pending{
+		{Entry: ent("m0", 0, 40)},
+		{Entry: ent("m1", 0, 999), Attempts: 7},
+		{Entry: ent("m2", 0, 60), Attempts: 2},
+		{Entry: ent("m3", 1, 70), Attempts: 2, LeaseUntil: later},
+	})
 	if err != nil {
 		h.t.Fatalf("Restore: %v", err)
 	}
-	h.wantAck("c", 3)
+	h.wantAck("c", 4)
 	h.wantLine(0, 40)
+	h.wantLine(1, 70)
 
 	now := time.Now()
 	got := h.expired(now, 10)
@@ -540,27 +568,60 @@ func testRestore(h *harness) {
 	if len(got) != 2 {
 		h.t.Fatalf("Expired after Restore = %s; want m0 and m2", fmtPending(got))
 	}
-	for i, want := range []waterline.Entry{ent("m0", 0, 40), ent("m2", 0, 60)} {
+	for i, want := range []waterline.Pending{{ClientID: "c", Entry: ent("m0", 0, 40)}, {ClientID: "c", Entry: ent("m2", 0, 60), Attempts: 2}} {
 		g := got[i]
-		if g.ClientID != "c" || g.Entry != want || g.Attempts != 0 || g.LeaseUntil.After(now) {
-			h.t.Fatalf("Expired after Restore = %s; want %v with 0 attempts and a lease at or before now", fmtPending(got), want)
+		if g.ClientID != want.ClientID || g.Entry != want.Entry || g.Attempts != want.Attempts || g.LeaseUntil.After(now) {
+			h.t.Fatalf("Expired after Restore = %s; want %v with %d attempts and a lease at or before now", fmtPending(got), want.Entry, want.Attempts)
 		}
 	}
 	h.wantPending("m1 kept its attempts, lease and position", only(h.expired(future, 10), "m1"),
 		[]waterline.Pending{pend("c", ent("m1", 0, 50), 1, future)})
+	h.wantPending("m3 is due at its restored lease", only(h.expired(later, 10), "m3"),
+		[]waterline.Pending{pend("c", ent("m3", 1, 70), 2, later)})
 
 	// Restoring again changes nothing; sending a restored entry counts
-	// its first attempt.
-	if err := h.ix.Restore(h.ctx, "c", []waterline.Entry{ent("m0", 0, 1), ent("m2", 0, 2)}); err != nil {
+	// one more attempt.
+	if err := h.ix.Restore(h.ctx, "c", []waterline.Pending{{Entry: ent("m0", 0, 1)}, {Entry: ent("m2", 0, 2)}}); err != nil {
 		h.t.Fatalf("Restore: %v", err)
 	}
 	h.wantLine(0, 40)
-	h.wantSent("c", future, 3, ent("m0", 0, 40))
-	h.wantAck("c", 2, "m0")
+	h.wantSent("c", future, 4, ent("m0", 0, 40))
+	h.wantPending("m0 after its send", only(h.expired(future, 10), "m0"),
+		[]waterline.Pending{pend("c", ent("m0", 0, 40), 1, future)})
+	h.wantAck("c", 3, "m0")
 	h.wantLine(0, 50)
-	h.wantStats(waterline.Stats{Clients: 1, Pending: 2})
+	h.wantStats(waterline.Stats{Clients: 1, Pending: 3})
 	h.wantPending("after send and ack", only(h.expired(future, 10), "m1"),
 		[]waterline.Pending{pend("c", ent("m1", 0, 50), 1, future)})
+}
+
+// testSafeLineOnlyWhenPrimed: SafeLine computes no line from an index that
+// is not primed with the identity asked for: never primed, reset (a flush
+// or a cold state), or primed with another identity (a failover).
+func testSafeLineOnlyWhenPrimed(h *harness) {
+	h.connect("c")
+	h.wantSent("c", h.at(5), 1, ent("m", 0, 7))
+	h.wantLine(0, 7)
+	wantRefused := func(what string) {
+		h.t.Helper()
+		line, ok, err := h.ix.SafeLine(h.ctx, 0, h.identity)
+		if !errors.Is(err, waterline.ErrNotPrimed) {
+			h.t.Fatalf("SafeLine %s = %d, %v, %v; want ErrNotPrimed", what, line, ok, err)
+		}
+	}
+	if err := h.ix.MarkPrimed(h.ctx, "another server"); err != nil {
+		h.t.Fatalf("MarkPrimed: %v", err)
+	}
+	wantRefused("when primed with another identity")
+	if _, _, err := h.ix.SafeLine(h.ctx, 0, "another server"); !errors.Is(err, waterline.ErrNotPrimed) {
+		h.t.Fatalf("SafeLine for an identity that is not the server's: err = %v, want ErrNotPrimed", err)
+	}
+	if err := h.ix.Reset(h.ctx); err != nil {
+		h.t.Fatalf("Reset: %v", err)
+	}
+	wantRefused("after Reset")
+	h.prime()
+	h.wantNoLine(0)
 }
 
 func testReset(h *harness) {
@@ -581,9 +642,6 @@ func testReset(h *harness) {
 		h.t.Fatalf("Reset: %v", err)
 	}
 	h.wantStats(waterline.Stats{})
-	for p := range int32(3) {
-		h.wantNoLine(p)
-	}
 	h.wantPending("after Reset", h.expired(h.at(1_000_000), 100), nil)
 	if cs, err := h.ix.Clients(h.ctx); err != nil || len(cs) != 0 {
 		h.t.Fatalf("Clients after Reset = %v, %v; want none", cs, err)
@@ -595,6 +653,10 @@ func testReset(h *harness) {
 	h.wantUnknown("Sent after Reset", err)
 	if id2, err := h.ix.Identity(h.ctx); err != nil || id2 != id {
 		h.t.Fatalf("Identity after Reset = %q, %v; want %q", id2, err, id)
+	}
+	h.prime() // as the rebuild after a reset does
+	for p := range int32(3) {
+		h.wantNoLine(p)
 	}
 
 	// The index works as new.

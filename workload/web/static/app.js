@@ -9,6 +9,7 @@
 import { Client, State, api, tokenUser } from './client.js';
 
 const TOKEN_KEY = 'tetra.token';
+const DEMO_USER_KEY = 'tetra.demoUser'; // set when signed in with the demo switch: tokens can be renewed
 const DEVICE_KEY = 'tetra.device';
 const PAGE = 50; // messages rendered when a chat opens; "load older" reveals PAGE more
 
@@ -80,22 +81,34 @@ async function loadDemo() {
   $('demo').hidden = false;
 }
 
+/** demoToken mints a demo token for user (POST /demo/token, --demo only). */
+async function demoToken(user) {
+  const res = await fetch('/demo/token', {
+    method: 'POST',
+    headers: { 'Content-Type': 'application/json' },
+    body: JSON.stringify({ user }),
+  });
+  if (!res.ok) throw new Error(`demo token: HTTP ${res.status}`);
+  return (await res.json()).token;
+}
+
 async function demoSignin(user) {
   try {
-    const res = await fetch('/demo/token', {
-      method: 'POST',
-      headers: { 'Content-Type': 'application/json' },
-      body: JSON.stringify({ user }),
-    });
-    if (!res.ok) throw new Error(`demo token: HTTP ${res.status}`);
-    const { token } = await res.json();
-    await signin(token);
+    await signin(await demoToken(user), user);
   } catch (err) {
     $('signin-error').textContent = String(err.message || err);
   }
 }
 
-async function signin(token) {
+// The page is an application embedding the messenger: it supplies new tokens
+// when the current one nears its exp (client.js refreshToken). With the demo
+// switch it mints them like the first one; a pasted token cannot be renewed
+// here, so when it expires the page asks to sign in again.
+function tokenSource(demoUser) {
+  return demoUser ? () => demoToken(demoUser) : null;
+}
+
+async function signin(token, demoUser = '') {
   token = token.trim();
   if (!tokenUser(token)) {
     $('signin-error').textContent = 'That is not a token (a JWT has three dot-separated parts).';
@@ -109,7 +122,9 @@ async function signin(token) {
     return;
   }
   sessionStorage.setItem(TOKEN_KEY, token);
-  startApp(token);
+  if (demoUser) sessionStorage.setItem(DEMO_USER_KEY, demoUser);
+  else sessionStorage.removeItem(DEMO_USER_KEY);
+  startApp(token, demoUser);
 }
 
 function signout(error = '') {
@@ -118,6 +133,7 @@ function signout(error = '') {
   client = null;
   openChat = '';
   sessionStorage.removeItem(TOKEN_KEY);
+  sessionStorage.removeItem(DEMO_USER_KEY);
   showSignin(error);
 }
 
@@ -131,17 +147,20 @@ function deviceId() {
 
 // ---- the application -----------------------------------------------------
 
-function startApp(token) {
+function startApp(token, demoUser = '') {
   $('signin').hidden = true;
   $('app').hidden = false;
-  client = new Client({ token, device: deviceId() });
+  client = new Client({ token, device: deviceId(), refreshToken: tokenSource(demoUser) });
+  client.addEventListener('token', (e) => sessionStorage.setItem(TOKEN_KEY, e.detail.token)); // a reload uses it
   $('me').textContent = client.user;
   client.addEventListener('state', (e) => showState(e.detail));
   client.addEventListener('hello', (e) => ($('me').textContent = e.detail.hello.userId));
   client.addEventListener('chats', scheduleRender);
   client.addEventListener('messages', scheduleRender);
   client.addEventListener('read', scheduleRender);
-  client.addEventListener('unauthorized', () => signout('The server refused the token; sign in again.'));
+  client.addEventListener('unauthorized', (e) =>
+    signout(e.detail.expired ? 'The token expired; sign in again.' : 'The server refused the token; sign in again.'),
+  );
   client.start();
   render();
 }
@@ -432,5 +451,5 @@ document.addEventListener('visibilitychange', markRead);
 addEventListener('focus', () => client?.state === State.CONNECTED && client.refreshChats());
 
 const saved = sessionStorage.getItem(TOKEN_KEY);
-if (saved) startApp(saved);
+if (saved) startApp(saved, sessionStorage.getItem(DEMO_USER_KEY) || '');
 else showSignin();

@@ -16,6 +16,13 @@
 // - sends are idempotent: each gets a correlationId once, and the same frame is
 //   resent on every reconnect until the server answers accepted or a final
 //   error. The queue survives a reload of the tab (sessionStorage).
+// - the socket does not outlive its token: the server closes it with 4005 when
+//   the token's exp passes (PROTOCOL.md §1). Given a refreshToken callback (the
+//   application mints tokens), the client asks it for a new token of the same
+//   user REFRESH_BEFORE_MS ahead of exp (halfway for shorter tokens), sends
+//   {"type":"refresh","token":...} on the open socket and uses the new token
+//   from then on ("token" event); after a 4005 it gets one before reconnecting.
+//   Without a callback, 4005 stops the client ("unauthorized", expired: true).
 
 /** Connection states reported by the "state" event. */
 export const State = Object.freeze({
@@ -29,6 +36,7 @@ const PAGE_LIMIT = 500; // history page size (the contract allows at least 500)
 const ACK_CHUNK = 500; // ids per ack frame (the server takes up to 1024)
 const CHAT_REFRESH_MS = 20000; // how often the chat list is fetched again while connected
 const RETRYABLE = new Set(['overloaded', 'rate_limited', 'credit_exhausted']);
+const REFRESH_BEFORE_MS = 30000; // ask for a new token this long before exp
 
 /**
  * backoff returns the wait in ms before reconnect attempt number `attempt`
@@ -65,15 +73,36 @@ export async function api(token, method, path, body) {
   return data;
 }
 
-/** tokenUser returns the sub claim of a JWT without verifying it (display only). */
-export function tokenUser(token) {
+/** tokenClaims returns the claims of a JWT without verifying them (the server does), or {}. */
+function tokenClaims(token) {
   try {
     const part = token.split('.')[1].replace(/-/g, '+').replace(/_/g, '/');
     const json = new TextDecoder().decode(Uint8Array.from(atob(part), (c) => c.charCodeAt(0)));
-    return JSON.parse(json).sub || '';
+    return JSON.parse(json) || {};
   } catch {
-    return '';
+    return {};
   }
+}
+
+/** tokenUser returns the sub claim of a JWT without verifying it (display only). */
+export function tokenUser(token) {
+  return tokenClaims(token).sub || '';
+}
+
+/** tokenExp returns a JWT's exp claim in ms since the epoch, or 0 when it has none. */
+export function tokenExp(token) {
+  const exp = Number(tokenClaims(token).exp);
+  return Number.isFinite(exp) && exp > 0 ? exp * 1000 : 0;
+}
+
+/**
+ * refreshDelay returns how long to wait before refreshing a token that
+ * expires at exp (ms since the epoch): REFRESH_BEFORE_MS ahead, or halfway
+ * through what is left when that is less than twice as much.
+ */
+export function refreshDelay(exp, now = Date.now()) {
+  const left = exp - now;
+  return Math.max(0, left - Math.min(REFRESH_BEFORE_MS, left / 2));
 }
 
 /**
@@ -113,12 +142,17 @@ let arrivals = 0;
  * Client keeps one user's connection and chats. Events (CustomEvent, data in
  * `detail`): "state" {state, code, reason, retryInMs}, "hello" {hello},
  * "chats", "messages" {chatId}, "read" {chatId, userId, messageId},
- * "unauthorized".
+ * "token" {token} (a refreshed token is in use), "unauthorized" {expired}.
+ *
+ * refreshToken, optional, is the application's way to mint a new token of
+ * the same user: an async function returning the token (see the header).
  */
 export class Client extends EventTarget {
-  constructor({ token, device, storage = globalThis.sessionStorage }) {
+  constructor({ token, device, storage = globalThis.sessionStorage, refreshToken = null }) {
     super();
     this.token = token;
+    this.refreshToken = refreshToken;
+    this.refreshTimer = 0;
     this.user = tokenUser(token);
     this.device = device;
     this.storage = storage;
@@ -185,6 +219,7 @@ export class Client extends EventTarget {
     this.stopped = true;
     this.gen++;
     clearTimeout(this.timer);
+    clearTimeout(this.refreshTimer);
     clearInterval(this.pinger);
     clearInterval(this.lister);
     removeEventListener('online', this.onOnline);
@@ -205,6 +240,21 @@ export class Client extends EventTarget {
   connect() {
     clearTimeout(this.timer);
     if (this.stopped) return;
+    const exp = tokenExp(this.token);
+    if (this.refreshToken && !this.renewed && (this.renew || (exp && exp <= Date.now()))) {
+      // An expired token would get 401 (a reload of an old tab, a 4005).
+      this.renew = false;
+      const gen = this.gen;
+      this.newToken()
+        .catch((err) => console.warn('tetra: no new token before reconnecting', err)) // the upgrade's 401 decides
+        .finally(() => {
+          if (gen !== this.gen || this.stopped) return;
+          this.renewed = true; // once per attempt: dial now, whatever the outcome
+          this.connect();
+        });
+      return;
+    }
+    this.renewed = false;
     if (globalThis.navigator?.onLine === false) {
       this.setState(State.OFFLINE, { reason: 'the browser is offline' });
       return; // the "online" event reconnects
@@ -263,13 +313,51 @@ export class Client extends EventTarget {
     clearInterval(this.lister);
     this.lister = setInterval(() => gen === this.gen && this.refreshChats(), CHAT_REFRESH_MS);
     for (const [chatId, messageId] of this.pendingReads) this.read(chatId, messageId);
+    this.scheduleRefresh(gen);
     this.pump();
     this.resync(gen);
+  }
+
+  // ---- token refresh (PROTOCOL.md §1) ------------------------------------
+
+  /** scheduleRefresh arms the refresh of the current token before its exp. */
+  scheduleRefresh(gen) {
+    clearTimeout(this.refreshTimer);
+    const exp = tokenExp(this.token);
+    if (!this.refreshToken || !exp) return;
+    this.refreshTimer = setTimeout(() => this.refresh(gen), refreshDelay(exp));
+  }
+
+  /**
+   * newToken asks the application for a token and installs it. A token of
+   * another user is refused (the socket belongs to this one).
+   */
+  async newToken() {
+    const tok = await this.refreshToken();
+    if (!tok || tokenUser(tok) !== this.user) throw new Error('refreshToken gave no token of this user');
+    this.token = tok;
+    this.emit('token', { token: tok });
+    return tok;
+  }
+
+  /** refresh sends a new token on the open socket (answered "refreshed"). */
+  async refresh(gen, failures = 0) {
+    try {
+      const tok = await this.newToken();
+      if (gen !== this.gen) return; // a newer socket dials with the new token
+      this.write({ type: 'refresh', token: tok });
+      this.scheduleRefresh(gen);
+    } catch (err) {
+      if (gen !== this.gen) return;
+      console.warn('tetra: token refresh failed; retrying', err);
+      this.refreshTimer = setTimeout(() => this.refresh(gen, failures + 1), backoff(failures, 500, 10000));
+    }
   }
 
   onClose(code, reason, greeted) {
     clearInterval(this.pinger);
     clearInterval(this.lister);
+    clearTimeout(this.refreshTimer);
     this.ws = null;
     this.acks = [];
     if (this.stopped) return;
@@ -283,6 +371,17 @@ export class Client extends EventTarget {
       this.setState(State.RECONNECTING, { code, reason, retryInMs: Math.round(wait) });
       this.timer = setTimeout(() => this.connect(), wait);
     };
+    if (code === 4005) {
+      // The token expired: a new one, or sign-in again.
+      if (!this.refreshToken) {
+        this.stop('the token expired');
+        this.emit('unauthorized', { expired: true });
+        return;
+      }
+      this.renew = true; // connect gets a new token first (clocks may disagree on exp)
+      retry();
+      return;
+    }
     if (greeted) {
       retry();
       return;
@@ -320,6 +419,9 @@ export class Client extends EventTarget {
         break;
       case 'read':
         this.onRead(f);
+        break;
+      case 'refreshed':
+        this.emit('refreshed', { exp: f.exp });
         break;
     }
   }

@@ -1,0 +1,234 @@
+package delivery
+
+import (
+	"context"
+	"errors"
+
+	"github.com/tetra-messenger/tetra/workload/history"
+	"github.com/tetra-messenger/tetra/workload/protocol"
+	"github.com/tetra-messenger/tetra/workload/waterline"
+)
+
+type fastItem struct {
+	m *Member
+	item
+}
+
+// Committed is one message durably committed to history, with the outbox
+// rows written for it: what the accept pipeline (after its group commit)
+// and the Kafka relay (after its transaction) hand to the fast path.
+type Committed struct {
+	Message history.Message
+	// Rows are the message's outbox rows, one per chat member (the
+	// sender's included, for its other devices).
+	Rows []history.Delivery
+}
+
+// FromResults keeps, of a group commit's results, the messages committed
+// now with outbox rows (not errors, duplicates, or Kafka-mode commits,
+// whose rows the relay writes later).
+func FromResults(results []history.Result) []Committed {
+	out := make([]Committed, 0, len(results))
+	for i := range results {
+		r := &results[i]
+		if r.Err != nil || r.Duplicate || len(r.Deliveries) == 0 {
+			continue
+		}
+		out = append(out, Committed{Message: r.Message, Rows: r.Deliveries})
+	}
+	return out
+}
+
+// Handoff queues committed messages on the fast path for their connected
+// recipients (never the sending connection). It never blocks: when a
+// worker's queue is full the rest is shed to the poller. It also wakes the
+// other processes of a fleet.
+func (e *Engine) Handoff(batch []Committed) {
+	shed := false
+	for i := range batch {
+		c := &batch[i]
+		frame := MessageFrame(c.Message)
+		for _, d := range c.Rows {
+			for _, m := range e.reg.ofUser(d.Recipient) {
+				if d.Recipient == c.Message.SenderID && m.client.Device == c.Message.SenderDevice {
+					continue
+				}
+				it := fastItem{m: m, item: item{entry: waterline.Entry{MessageID: c.Message.ID, Partition: d.Partition, Pos: d.Pos}, frame: frame, sentAt: c.Message.SentAt}}
+				select {
+				case e.fastQ[m.shard] <- it:
+				default:
+					m.mu.Lock()
+					if cur, ok := m.shed[d.Partition]; !ok || d.Pos < cur {
+						m.shed[d.Partition] = d.Pos
+					}
+					m.mu.Unlock()
+					e.shed.Add(1)
+					shed = true
+				}
+			}
+		}
+	}
+	if shed {
+		e.wakePoller()
+	}
+	if len(batch) > 0 {
+		e.publishWake()
+	}
+}
+
+// MessageFrame encodes the message frame for m (PROTOCOL.md §3).
+func MessageFrame(m history.Message) []byte {
+	return protocol.Encode(protocol.Message{
+		Type: protocol.TypeMessage, MessageID: m.ID, CorrelationID: m.CorrelationID,
+		ChatID: m.ChatID, SenderID: m.SenderID, Body: m.Body, SentAt: m.SentAt.UTC(),
+	})
+}
+
+func makeQueues(n, total int) []chan fastItem {
+	qs := make([]chan fastItem, n)
+	per := max(1, total/n)
+	for i := range qs {
+		qs[i] = make(chan fastItem, per)
+	}
+	return qs
+}
+
+func (e *Engine) fastWorker(ctx context.Context, q chan fastItem) {
+	defer e.wg.Done()
+	batch := make([]fastItem, 0, 64)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case it := <-q:
+			batch = append(batch[:0], it)
+		drain:
+			for len(batch) < cap(batch) {
+				select {
+				case it := <-q:
+					batch = append(batch, it)
+				default:
+					break drain
+				}
+			}
+			e.deliverFast(batch)
+		}
+	}
+}
+
+func (e *Engine) deliverFast(batch []fastItem) {
+	window := e.tuning().MaxPending
+	byMember := map[*Member][]item{}
+	for _, it := range batch {
+		m := it.m
+		k := pkey{it.entry.Partition, it.entry.Pos}
+		m.mu.Lock()
+		if k.pos <= m.horizon[k.p] || m.isBehind(k.p) {
+			m.mu.Unlock() // examined already, or the catch-up delivers it in order
+			continue
+		}
+		if _, shedding := m.shed[k.p]; shedding {
+			m.mu.Unlock() // the poller delivers it, in order
+			continue
+		}
+		if _, dup := m.ahead[k]; dup {
+			m.mu.Unlock()
+			continue
+		}
+		switch m.reserveLocked(it.item, window) {
+		case slotRefused:
+			// The window is full: the row waits in the outbox and the
+			// poller sends it as acknowledgements free the window.
+			m.shed[k.p] = k.pos
+			m.mu.Unlock()
+			e.deferred.Add(1)
+			continue
+		case slotHeld:
+			m.ahead[k] = struct{}{}
+			m.mu.Unlock()
+			continue
+		}
+		m.ahead[k] = struct{}{}
+		m.mu.Unlock()
+		byMember[m] = append(byMember[m], it.item)
+	}
+	for m, items := range byMember {
+		n := e.send(m, items)
+		e.fast.Add(int64(n))
+		e.observe("fast", items)
+	}
+}
+
+// send sends items, whose window slots the caller reserved (or which are
+// outstanding already, for a re-delivery), to m: it records them in the
+// index with a lease (Sent), counts an attempt and queues their frames on
+// the socket. It returns how many were queued.
+//
+// The connection's own record (Member.out) is what re-delivery and a
+// rebuild go by, so a send the index refused is still delivered: when the
+// index lost the registration (a flush, a failover) the next rebuild puts
+// the entries back; when Redis is unreachable GC deletes nothing until it
+// is back.
+func (e *Engine) send(m *Member, items []item) int {
+	if len(items) == 0 {
+		return 0
+	}
+	t := e.tuning()
+	lease := e.now().Add(t.Lease)
+	entries := make([]waterline.Entry, len(items))
+	for i, it := range items {
+		entries[i] = it.entry
+	}
+	ctx, cancel := e.ctx()
+	e.idxMu.RLock()
+	_, err := e.idx.Sent(ctx, m.client.ID, entries, lease)
+	e.idxMu.RUnlock()
+	cancel()
+	switch {
+	case errors.Is(err, waterline.ErrUnknownClient):
+		if !e.Registered(m) {
+			return 0 // withdrawn meanwhile
+		}
+		// The index lost this registration: a flush or a failover that
+		// the next GC pass rebuilds from, or, in a shared index, another
+		// process reaped this one (the heartbeat tells).
+		if e.fleet != nil {
+			e.checkReaped()
+		}
+	case err != nil:
+		e.logger.Warn("waterline index refused a send; delivering (the connection's window keeps it for re-delivery)", "conn", m.client.ID, "err", err)
+	}
+	frames := make([][]byte, 0, len(items))
+	m.mu.Lock()
+	for _, it := range items {
+		o := m.out[it.entry.MessageID]
+		if o == nil {
+			continue // acknowledged meanwhile (a re-send crossing an ack)
+		}
+		o.attempts++
+		o.leaseUntil = lease
+		frames = append(frames, o.frame)
+	}
+	m.mu.Unlock()
+	n := 0
+	for _, f := range frames {
+		if m.conn.Enqueue(f) {
+			n++
+		} else {
+			e.enqF.Add(1)
+		}
+	}
+	return n
+}
+
+func (e *Engine) observe(path string, items []item) {
+	if e.cfg.OnDelivered == nil {
+		return
+	}
+	now := e.now()
+	for _, it := range items {
+		if !it.sentAt.IsZero() {
+			e.cfg.OnDelivered(path, now.Sub(it.sentAt))
+		}
+	}
+}

@@ -1,0 +1,115 @@
+package delivery
+
+import (
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tetra-messenger/tetra/workload/waterline"
+)
+
+// maxPos marks a horizon not yet known: nothing is delivered to it.
+const maxPos = math.MaxInt64
+
+type pkey struct {
+	p   int32
+	pos int64
+}
+
+// Member is a registered connection. The server keeps it to ack and touch.
+type Member struct {
+	conn        Conn
+	client      waterline.Client
+	connectedAt time.Time
+	epoch       int64        // the device claim's epoch in a shared index; 0 without one
+	lastSeen    atomic.Int64 // unix nanos
+
+	mu      sync.Mutex
+	horizon map[int32]int64 // rows at or below were examined by the poller (or precede the connection)
+	ahead   map[pkey]struct{}
+	// shed is the lowest position the fast path left to the poller for
+	// this member (per partition), or absent. While set, later fast-path
+	// items are left to the poller too, so the member still receives
+	// commit order; the poller clears it once its horizon passes.
+	shed map[int32]int64
+	// behind holds the partitions where rows for this member wait above
+	// its horizon because its push window was full when the poller came
+	// to them, each with the acceptance time of the oldest message
+	// waiting; the poller's catch-up delivers them in order as
+	// acknowledgements free the window (see catchUp). While a partition is
+	// behind, the poller's hold stays at or below horizon+1, so GC keeps
+	// those rows.
+	behind map[int32]time.Time
+	// progressAt is when the window last moved while the member was
+	// behind: an acknowledgement freed a slot, or the member fell behind.
+	// The overload reaper judges a member that stopped making progress.
+	progressAt time.Time
+	shard      int
+	// out is the push window: every message frame sent to this connection
+	// (or about to be) and not acknowledged, by message id. It never holds
+	// more than max-pending entries. It is this process's own record of
+	// what its connection holds: the index mirrors it (Sent, Ack), and a
+	// rebuild restores the index from it.
+	out map[string]*outstanding
+}
+
+// outstanding is one message in a member's push window.
+type outstanding struct {
+	entry      waterline.Entry
+	frame      []byte
+	attempts   int       // sends so far; 0 while the first send is on its way
+	leaseUntil time.Time // when it is due again; zero before the first send
+}
+
+// ID is the member's connection id.
+func (m *Member) ID() string { return m.client.ID }
+
+// slot is the outcome of asking a member's window for room.
+type slot int
+
+const (
+	slotTaken   slot = iota // reserved: send it
+	slotHeld                // already outstanding: sent before, nothing to do
+	slotRefused             // the window is full
+)
+
+// reserveLocked takes a window slot for it, recording its frame; the caller
+// holds m.mu. window is max-pending.
+func (m *Member) reserveLocked(it item, window int) slot {
+	if _, ok := m.out[it.entry.MessageID]; ok {
+		return slotHeld
+	}
+	if len(m.out) >= window {
+		return slotRefused
+	}
+	m.out[it.entry.MessageID] = &outstanding{entry: it.entry, frame: it.frame}
+	return slotTaken
+}
+
+// isBehind reports whether rows of partition p wait for m's window; the
+// caller holds m.mu.
+func (m *Member) isBehind(p int32) bool {
+	_, ok := m.behind[p]
+	return ok
+}
+
+// fallBehindLocked records that the message accepted at oldest, and what
+// follows it in partition p, wait for m's window; the caller holds m.mu.
+func (m *Member) fallBehindLocked(p int32, oldest, now time.Time) {
+	if len(m.behind) == 0 {
+		m.progressAt = now
+	}
+	m.behind[p] = oldest
+}
+
+// catchUpLocked clears partition p's behind mark; the caller holds m.mu.
+func (m *Member) catchUpLocked(p int32) {
+	delete(m.behind, p)
+}
+
+type item struct {
+	entry  waterline.Entry
+	frame  []byte
+	sentAt time.Time // the message's acceptance time; zero for re-deliveries
+}

@@ -1,0 +1,89 @@
+package history
+
+import (
+	"fmt"
+
+	"github.com/tetra-messenger/tetra/workload/text"
+)
+
+// MaxIDBytes bounds chat ids, message ids and correlation ids, in bytes, as
+// the wire does (protocol.MaxIDLen).
+const MaxIDBytes = 128
+
+// The validation every Store applies before it writes (PROTOCOL.md §3, one
+// rule for every backend: package text). Each returns nil or an error
+// wrapping ErrInvalid that names the field.
+
+// CheckUser checks a user id (text.User); what names it in the error.
+func CheckUser(what, id string) error {
+	if err := text.User(what, id); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	return nil
+}
+
+// CheckText checks free text, a body or a title (text.Check).
+func CheckText(what, s string) error {
+	if err := text.Check(what, s); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	return nil
+}
+
+// CheckID checks an id: 1..MaxIDBytes bytes of valid text (text.ID).
+func CheckID(what, id string) error {
+	if err := text.ID(what, id, MaxIDBytes); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	return nil
+}
+
+// CheckDraft checks what the ingest stage must have filled in and every
+// text of a draft: the message id, chat id and correlation id (CheckID),
+// the sender (CheckUser), the device and the body (CheckText; the wire
+// bounds their lengths). SentAt is the store's to check (its storable
+// range).
+func CheckDraft(d Draft) error {
+	for _, c := range []struct{ what, id string }{
+		{"message id", d.ID}, {"chat id", d.ChatID}, {"correlationId", d.CorrelationID},
+	} {
+		if err := CheckID(c.what, c.id); err != nil {
+			return err
+		}
+	}
+	if err := CheckUser("sender id", d.SenderID); err != nil {
+		return err
+	}
+	if err := CheckText("device", d.SenderDevice); err != nil {
+		return err
+	}
+	return CheckText("body", d.Body)
+}
+
+// CheckRead checks a read receipt: chat and message ids (CheckID) and the
+// reader (CheckUser).
+func CheckRead(r Read) error {
+	if err := CheckID("read receipt chat id", r.ChatID); err != nil {
+		return err
+	}
+	if err := CheckID("read receipt message id", r.MessageID); err != nil {
+		return err
+	}
+	return CheckUser("read receipt user id", r.UserID)
+}
+
+// CheckResend applies the idempotency-key rule to a draft whose (SenderID,
+// CorrelationID) is already taken by a message of chat origChat with body
+// origBody (committed earlier, or earlier in the same batch): the same chat
+// and body make it a resend (a Duplicate of the original); another chat or
+// body is refused with an error wrapping ErrInvalid, and nothing is stored
+// (PROTOCOL.md §3, as payment APIs treat a reused idempotency key).
+func CheckResend(origChat, origBody string, d Draft) error {
+	switch {
+	case d.ChatID != origChat:
+		return fmt.Errorf("%w: correlationId %q was already used for a message to another chat", ErrInvalid, d.CorrelationID)
+	case d.Body != origBody:
+		return fmt.Errorf("%w: correlationId %q was already used for a message with another body", ErrInvalid, d.CorrelationID)
+	}
+	return nil
+}

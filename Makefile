@@ -14,12 +14,16 @@ build: ## build the workload binary into bin/
 	$(GO) build -o bin/tetra ./workload/cmd/tetra
 
 test: vet ## run every test (PostgreSQL/Redis tests skip loudly when those are absent, fail with CI=true)
-	$(GO) test $(TESTFLAGS) $$($(GO) list $(PKGS) | grep -v '/test/realnode$$')
 	@# The real-node test (test/realnode) loads both cores for minutes (image
 	@# builds, a cluster, load runs): it runs after the others, alone, so
-	@# neither it nor the timing-sensitive browser tests starve.
-	@if $(GO) list $(PKGS) | grep -q '/test/realnode$$'; then \
-	  echo "$(GO) test $(TESTFLAGS) ./test/realnode"; $(GO) test $(TESTFLAGS) ./test/realnode; fi
+	@# neither it nor the timing-sensitive browser tests starve. It runs even
+	@# when another package failed; the target fails if either did.
+	@rc=0; \
+	echo "$(GO) test $(TESTFLAGS) <every package but test/realnode>"; \
+	$(GO) test $(TESTFLAGS) $$($(GO) list $(PKGS) | grep -v '/test/realnode$$') || rc=1; \
+	if $(GO) list $(PKGS) | grep -q '/test/realnode$$'; then \
+	  echo "$(GO) test $(TESTFLAGS) ./test/realnode"; $(GO) test $(TESTFLAGS) ./test/realnode || rc=1; fi; \
+	exit $$rc
 
 test-short: ## the quick subset (no -race, -short)
 	$(GO) test -short -count=1 $(PKGS)

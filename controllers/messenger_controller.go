@@ -114,12 +114,13 @@ type MessengerReconciler struct {
 // +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
-// +kubebuilder:rbac:groups="",resources=pods,verbs=list
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // CacheOptions restricts the manager's cache to what the controller needs:
-// only the ConfigMaps, Deployments, Services and PDBs the operator labels as
-// its own. (Secrets are watched metadata-only; Pods are never cached.)
+// only the ConfigMaps, Deployments, Services, PDBs and Pods the operator
+// labels as its own (the workload's pods carry the label from the pod
+// template). Secrets are watched metadata-only.
 func CacheOptions() cache.Options {
 	sel := labels.SelectorFromSet(labels.Set{render.LabelManagedBy: render.ManagedBy})
 	return cache.Options{ByObject: map[client.Object]cache.ByObject{
@@ -127,6 +128,7 @@ func CacheOptions() cache.Options {
 		&appsv1.Deployment{}:            {Label: sel},
 		&corev1.Service{}:               {Label: sel},
 		&policyv1.PodDisruptionBudget{}: {Label: sel},
+		&corev1.Pod{}:                   {Label: sel},
 	}}
 }
 
@@ -148,6 +150,10 @@ func (r *MessengerReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Man
 		Owns(&corev1.Service{}).
 		Owns(&policyv1.PodDisruptionBudget{}).
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.messengersForSecret), builder.OnlyMetadata).
+		// A pod that cannot pull its image or keeps crashing changes no
+		// Deployment field: the pods themselves are watched, so Degraded
+		// follows them at once.
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(messengerForPod)).
 		Named("messenger").
 		Complete(r)
 }
@@ -164,6 +170,16 @@ func (r *MessengerReconciler) messengersForSecret(ctx context.Context, s client.
 		reqs[i] = ctrl.Request{NamespacedName: types.NamespacedName{Namespace: m.Namespace, Name: m.Name}}
 	}
 	return reqs
+}
+
+// messengerForPod maps a workload pod to its Messenger (the instance label
+// is the Messenger's name).
+func messengerForPod(_ context.Context, p client.Object) []ctrl.Request {
+	name := p.GetLabels()[render.LabelInstance]
+	if name == "" || p.GetLabels()[render.LabelManagedBy] != render.ManagedBy {
+		return nil
+	}
+	return []ctrl.Request{{NamespacedName: types.NamespacedName{Namespace: p.GetNamespace(), Name: name}}}
 }
 
 func (r *MessengerReconciler) now() time.Time {
@@ -318,6 +334,16 @@ func (r *MessengerReconciler) reconcile(ctx context.Context, req ctrl.Request) (
 	if liveErr != nil && !apierrors.IsNotFound(liveErr) {
 		return ctrl.Result{}, OutcomeError, liveErr
 	}
+	if liveErr == nil && replaceForPrefix(&live, render.KeyPrefix(&m)) {
+		// Pods of another key prefix run (or still terminate): replace
+		// them rather than roll, or the new pods refuse to start beside
+		// them on the shared database.
+		objs, err = render.Render(&m, render.Inputs{DefaultImage: r.DefaultImage, SecretVersions: versions,
+			RestartEpoch: restartEpoch, Recreate: true})
+		if err != nil {
+			return result, OutcomeError, err
+		}
+	}
 	applyErr := func() error {
 		for _, o := range []client.Object{objs.ConfigMap, objs.Service, objs.Deployment} {
 			if err := r.apply(ctx, o); err != nil {
@@ -355,30 +381,88 @@ func (r *MessengerReconciler) reconcile(ctx context.Context, req ctrl.Request) (
 		return ctrl.Result{}, OutcomeError, err
 	}
 	m.Status.ReadyReplicas = dep.Status.ReadyReplicas
-	rolledOut := dep.Generation != 0 && dep.Status.ObservedGeneration >= dep.Generation &&
-		dep.Spec.Template.Annotations[tetrav1.ConfigHashAnnotation] == objs.ConfigHash &&
-		dep.Status.UpdatedReplicas == desired && dep.Status.Replicas == desired && dep.Status.AvailableReplicas == desired
-	if rolledOut {
-		setCondition(&m, tetrav1.ConditionProgressing, metav1.ConditionFalse, reasonRolloutComplete,
-			fmt.Sprintf("%d replicas run config %s", desired, objs.ConfigHash))
-	} else {
-		setCondition(&m, tetrav1.ConditionProgressing, metav1.ConditionTrue, reasonRollingOut,
-			fmt.Sprintf("%d of %d replicas updated to config %s", dep.Status.UpdatedReplicas, desired, objs.ConfigHash))
-	}
+	m.Status.Image = objs.Deployment.Spec.Template.Spec.Containers[0].Image
+	m.Status.KeyPrefix = render.KeyPrefix(&m)
+	m.Status.TuningHash = objs.TuningHash
 	outcome := OutcomeProgressing
-	if rolledOut && dep.Status.ReadyReplicas >= desired {
+	if setRolloutConditions(&m, readRollout(&dep, desired, objs.ConfigHash), objs.ConfigHash) {
 		outcome = OutcomeReady
-		setCondition(&m, tetrav1.ConditionReady, metav1.ConditionTrue, reasonAvailable,
-			fmt.Sprintf("%d of %d replicas ready", dep.Status.ReadyReplicas, desired))
-	} else {
-		setCondition(&m, tetrav1.ConditionReady, metav1.ConditionFalse, reasonUnavailable,
-			fmt.Sprintf("%d of %d replicas ready", dep.Status.ReadyReplicas, desired))
+	}
+
+	// What the pods and the Deployment say is wrong, before the Redis
+	// probe's verdict (a pod's failure is usually what a person must fix
+	// first; both are in the message).
+	var pods corev1.PodList
+	if err := r.List(ctx, &pods, client.InNamespace(m.Namespace), client.MatchingLabels(render.SelectorLabels(&m))); err != nil {
+		return ctrl.Result{}, OutcomeError, fmt.Errorf("list pods: %w", err)
+	}
+	problems := workloadProblems(pods.Items, &dep)
+	if degraded.Status == metav1.ConditionTrue {
+		problems = append(problems, problem{degraded.Reason, degraded.Message})
+	}
+	if c := joinProblems(problems); c != nil {
+		degraded = c
 	}
 	setCondition(&m, tetrav1.ConditionDegraded, degraded.Status, degraded.Reason, degraded.Message)
+	if err := r.announceTuning(ctx, pods.Items, objs.TuningHash); err != nil {
+		return ctrl.Result{}, OutcomeError, err
+	}
 	if degraded.Status == metav1.ConditionTrue {
 		outcome = OutcomeDegraded
 	}
 	return result, outcome, r.patchStatus(ctx, orig, &m)
+}
+
+// replaceForPrefix says whether the live Deployment's pods use (or, in a
+// replacement still under way, may still use) another Redis key prefix
+// than want, so that the next rollout must replace the pods instead of
+// rolling them. A template without TETRA_INDEX_PREFIX ran with the
+// workload's default, "tetra:" (operators before the field existed).
+func replaceForPrefix(live *appsv1.Deployment, want string) bool {
+	if want == "" || len(live.Spec.Template.Spec.Containers) == 0 {
+		return false
+	}
+	have := "tetra:"
+	for _, e := range live.Spec.Template.Spec.Containers[0].Env {
+		if e.Name == "TETRA_INDEX_PREFIX" {
+			have = e.Value
+		}
+	}
+	if have != want {
+		return true
+	}
+	// Same prefix: keep Recreate until the replacement it started is
+	// done. Recreate starts new pods only once every old one is gone, so
+	// the new pods all updated and available means no old pod is left
+	// (not even a terminating one, which would still hold its prefix).
+	st := live.Status
+	desired := int32(1)
+	if live.Spec.Replicas != nil {
+		desired = *live.Spec.Replicas
+	}
+	done := st.ObservedGeneration >= live.Generation && st.UpdatedReplicas == desired &&
+		st.Replicas == desired && st.AvailableReplicas == desired
+	return live.Spec.Strategy.Type == appsv1.RecreateDeploymentStrategyType && !done
+}
+
+// announceTuning writes hash as the tuning-hash annotation of every
+// running pod that does not carry it yet. The write makes the kubelet sync
+// the pod, which refreshes its mounted tuning ConfigMap at once; without
+// it the kubelet does so only at its periodic sync (measured 49-74 s).
+// Idempotent: a pod that carries the hash is not written.
+func (r *MessengerReconciler) announceTuning(ctx context.Context, pods []corev1.Pod, hash string) error {
+	for i := range pods {
+		p := &pods[i]
+		if p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodRunning || p.Annotations[tetrav1.TuningHashAnnotation] == hash {
+			continue
+		}
+		patch := client.RawPatch(types.MergePatchType,
+			[]byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, tetrav1.TuningHashAnnotation, hash)))
+		if err := r.Patch(ctx, p, patch); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("annotate pod %s with the tuning hash: %w", p.Name, err)
+		}
+	}
+	return nil
 }
 
 // readSecrets reads every referenced Secret. missing lists the Secrets (or

@@ -169,7 +169,8 @@ func startChild(ctx context.Context, cfg Config, dir, secret string, extra []str
 		return nil, err
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	args := append([]string{"serve", "--addr", addr, "--data", dir, "--log-level", "warn",
+	// --drain 0: no load balancer routes to a child, nothing to wait for.
+	args := append([]string{"serve", "--addr", addr, "--data", dir, "--log-level", "warn", "--drain", "0",
 		"--max-conns-per-user", "64", "--max-conns", strconv.Itoa(max(cfg.Clients*2, 20000))}, TuningArgs(cfg.Server.Tuning)...)
 	if cfg.Server.Store != "" {
 		args = append(args, "--store", cfg.Server.Store)

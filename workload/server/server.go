@@ -217,6 +217,9 @@ type Server struct {
 	httpSrv  *http.Server
 	ln       net.Listener
 	draining atomic.Bool
+	// unready makes /readyz fail while everything else is still served
+	// (Drain); draining also refuses new sockets (Shutdown).
+	unready atomic.Bool
 
 	connMu   sync.Mutex
 	conns    int
@@ -581,6 +584,26 @@ func (s *Server) URL() string {
 		host = "127.0.0.1"
 	}
 	return "http://" + net.JoinHostPort(host, port)
+}
+
+// Drain makes /readyz answer 503 {"status":"draining"} and returns after
+// d (or when ctx ends), while the server keeps serving every request and
+// socket as before, new ones included: a load balancer that still routes
+// here while it notices is served, not refused. Call it on SIGTERM before
+// Shutdown, which then closes the sockets with 1001. d <= 0 returns at
+// once (the server still reports not ready). Safe to call more than once.
+func (s *Server) Drain(ctx context.Context, d time.Duration) {
+	s.unready.Store(true)
+	if d <= 0 {
+		return
+	}
+	s.log.Info("draining: /readyz fails, still serving", "for", d.String())
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
 }
 
 // Shutdown stops accepting, commits what is in flight, closes every socket

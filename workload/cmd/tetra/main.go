@@ -196,6 +196,8 @@ func serve(args []string, stderr io.Writer) error {
 	build := serverFlags(fs, true)
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
+	drain := fs.Duration("drain", 3*time.Second, "on SIGTERM, fail /readyz but keep serving this long before closing sockets (1001),\n"+
+		"so a load balancer stops routing here first; 0 closes at once")
 	demo := fs.Bool("demo", false, "demo mode: the web page signs in as alice, bob or carol (POST /demo/token mints tokens for anyone);\n"+
 		"embedded default only, refused with TETRA_JWT_SECRET; command line only (no environment variable)")
 	if err := fs.Parse(args); err != nil {
@@ -216,6 +218,9 @@ func serve(args []string, stderr io.Writer) error {
 	}
 	cfg.Logger = log
 	cfg.Demo = *demo
+	if *drain < 0 {
+		return fmt.Errorf("--drain must be >= 0 (0: close at once), got %v", *drain)
+	}
 	if _, ok := os.LookupEnv("TETRA_DEMO"); ok {
 		log.Warn("TETRA_DEMO is ignored: the demo is turned on by the --demo flag only")
 	}
@@ -232,6 +237,10 @@ func serve(args []string, stderr io.Writer) error {
 		return err
 	}
 	<-ctx.Done()
+	stop() // a second signal ends the drain early
+	second, cancelSecond := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	srv.Drain(second, *drain)
+	cancelSecond()
 	log.Info("shutting down")
 	sctx, cancel := context.WithTimeout(context.Background(), 25*time.Second)
 	defer cancel()

@@ -18,6 +18,7 @@ import (
 	tetrav1 "github.com/tetra-messenger/tetra/api/v1alpha1"
 	"github.com/tetra-messenger/tetra/controllers"
 	"github.com/tetra-messenger/tetra/internal/operator/redisid"
+	"github.com/tetra-messenger/tetra/internal/version"
 )
 
 var scheme = runtime.NewScheme()
@@ -39,9 +40,10 @@ func main() {
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "address of the metrics endpoint (0 disables it)")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
-	flag.BoolVar(&leaderElect, "leader-elect", true, "elect a leader so that only one replica reconciles")
+	flag.BoolVar(&leaderElect, "leader-elect", false, "elect a leader so that only one replica reconciles (the chart and config/manager turn it on;\n"+
+		"off by default, as kubebuilder's, so the manager runs out of cluster with no flags)")
 	flag.StringVar(&leaderElectNS, "leader-election-namespace", "", "namespace of the leader lease (default: the pod's namespace)")
-	flag.StringVar(&defaultImage, "default-image", "ghcr.io/tetra-messenger/tetra:latest", "workload image for Messengers without spec.image")
+	flag.StringVar(&defaultImage, "default-image", version.WorkloadImage, "workload image for Messengers without spec.image")
 	flag.DurationVar(&redisPoll, "redis-poll-interval", 10*time.Second, "mean interval between Redis identity probes (jittered by ±20%)")
 	flag.DurationVar(&redisTimeout, "redis-timeout", 2*time.Second, "timeout of each Redis or Sentinel call of a probe")
 	opts := zap.Options{}
@@ -86,7 +88,7 @@ func main() {
 		log.Error(err, "ready check")
 		os.Exit(1)
 	}
-	log.Info("starting manager", "defaultImage", defaultImage, "redisPollInterval", redisPoll)
+	log.Info("starting manager", "version", version.Version, "defaultImage", defaultImage, "redisPollInterval", redisPoll, "leaderElection", leaderElect)
 	if err := mgr.Start(ctx); err != nil {
 		log.Error(err, "manager stopped")
 		os.Exit(1)

@@ -3,6 +3,7 @@ package charts_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -133,7 +134,7 @@ func TestChartDefaults(t *testing.T) {
 		t.Errorf("image %s", c.Image)
 	}
 	args := strings.Join(c.Args, " ")
-	for _, want := range []string{"--leader-elect=true", "--default-image=ghcr.io/tetra-messenger/tetra:latest", "--redis-poll-interval=10s", "--leader-election-namespace=tetra-system"} {
+	for _, want := range []string{"--leader-elect=true", "--default-image=ghcr.io/tetra-messenger/tetra:0.1.0", "--redis-poll-interval=10s", "--leader-election-namespace=tetra-system"} {
 		if !strings.Contains(args, want) {
 			t.Errorf("args %q lack %q", args, want)
 		}
@@ -432,5 +433,102 @@ func TestChartRefusesMetricsPortOnProbesPort(t *testing.T) {
 	_, err := render(t, map[string]any{"metrics": map[string]any{"port": 8081}})
 	if err == nil || !strings.Contains(err.Error(), "metrics.port must not be 8081") {
 		t.Errorf("metrics.port 8081 accepted or not the chart's message: %v", err)
+	}
+}
+
+// dashboard mirrors the parts of a Grafana dashboard the test reads.
+type dashboard struct {
+	Title      string `json:"title"`
+	UID        string `json:"uid"`
+	Templating struct {
+		List []struct {
+			Name string `json:"name"`
+		} `json:"list"`
+	} `json:"templating"`
+	Panels []struct {
+		Title      string `json:"title"`
+		Datasource struct {
+			UID string `json:"uid"`
+		} `json:"datasource"`
+		Targets []struct {
+			Expr string `json:"expr"`
+		} `json:"targets"`
+	} `json:"panels"`
+}
+
+// The Grafana dashboard: valid JSON over metrics the workload and the
+// operator really export (a histogram's _bucket series count as their
+// family), with the panels the runbook talks about; off by default, and
+// rendered as a sidecar ConfigMap holding the file unchanged when on.
+func TestChartGrafanaDashboard(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join(chartDir, "files", "grafana", "tetra.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d dashboard
+	if err := json.Unmarshal(raw, &d); err != nil {
+		t.Fatalf("tetra.json: %v", err)
+	}
+	names := exportedNames(t)
+	used := map[string]bool{}
+	titles := map[string]bool{}
+	for _, p := range d.Panels {
+		titles[p.Title] = true
+		if p.Datasource.UID != "${datasource}" || len(p.Targets) == 0 {
+			t.Errorf("panel %q: datasource %q, %d targets", p.Title, p.Datasource.UID, len(p.Targets))
+		}
+		for _, tg := range p.Targets {
+			if strings.Count(tg.Expr, "(") != strings.Count(tg.Expr, ")") || strings.Count(tg.Expr, "{") != strings.Count(tg.Expr, "}") {
+				t.Errorf("panel %q: unbalanced %q", p.Title, tg.Expr)
+			}
+			found := metricName.FindAllString(tg.Expr, -1)
+			if len(found) == 0 {
+				t.Errorf("panel %q names no tetra metric: %q", p.Title, tg.Expr)
+			}
+			for _, n := range found {
+				family := n
+				for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+					if base := strings.TrimSuffix(n, suffix); base != n && names[base] {
+						family = base
+					}
+				}
+				if !names[family] {
+					t.Errorf("panel %q uses %s, which neither the workload nor the operator exports", p.Title, n)
+				}
+				used[family] = true
+			}
+		}
+	}
+	for _, want := range []string{"tetra_outbox_oldest_age_seconds", "tetra_deliveries_total", "tetra_messages_accepted_total",
+		"tetra_withdrawals_total", "tetra_accept_latency_seconds", "tetra_delivery_latency_seconds"} {
+		if !used[want] {
+			t.Errorf("the dashboard does not chart %s", want)
+		}
+	}
+	for _, want := range []string{"Outbox oldest row age", "Deliveries per accepted message", "Withdrawals by reaper", "Accept latency", "Delivery latency by path"} {
+		if !titles[want] {
+			t.Errorf("no panel %q", want)
+		}
+	}
+
+	objs, err := render(t, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := objs["ConfigMap/tetra-tetra-operator-dashboard"]; ok {
+		t.Error("the dashboard ConfigMap is rendered by default")
+	}
+	objs, err = render(t, map[string]any{"grafana": map[string]any{"dashboard": map[string]any{
+		"enabled": true, "namespace": "monitoring", "annotations": map[string]any{"grafana_folder": "tetra"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cm corev1.ConfigMap
+	decode(t, objs["ConfigMap/tetra-tetra-operator-dashboard"], &cm)
+	if cm.Namespace != "monitoring" || cm.Labels["grafana_dashboard"] != "1" || cm.Annotations["grafana_folder"] != "tetra" {
+		t.Errorf("dashboard ConfigMap meta %s %v %v", cm.Namespace, cm.Labels, cm.Annotations)
+	}
+	if strings.TrimSpace(cm.Data["tetra.json"]) != strings.TrimSpace(string(raw)) {
+		t.Error("the ConfigMap does not hold files/grafana/tetra.json unchanged")
 	}
 }

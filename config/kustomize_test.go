@@ -63,7 +63,7 @@ func TestDefaultBuilds(t *testing.T) {
 	if ns := get(dep, "metadata", "namespace"); ns != "tetra-system" {
 		t.Errorf("manager namespace %v", ns)
 	}
-	if img := get(dep, "spec", "template", "spec", "containers", 0, "image"); img != "ghcr.io/tetra-messenger/tetra-operator:latest" {
+	if img := get(dep, "spec", "template", "spec", "containers", 0, "image"); img != "ghcr.io/tetra-messenger/tetra-operator:0.1.0" {
 		t.Errorf("manager image %v", img)
 	}
 	if sa := get(dep, "spec", "template", "spec", "serviceAccountName"); sa != "tetra-operator-controller-manager" {
@@ -98,7 +98,7 @@ func TestRBACIsLeastPrivilege(t *testing.T) {
 	}
 	want := map[string]string{
 		"/secrets":                        "get,list,watch",
-		"/pods":                           "list",
+		"/pods":                           "get,list,patch,watch", // watch: Degraded from pod state; patch: the tuning-hash annotation
 		"tetra.dev/messengers":            "get,list,watch",
 		"tetra.dev/messengers/status":     "get,patch,update",
 		"tetra.dev/messengers/finalizers": "update",

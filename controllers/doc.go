@@ -10,6 +10,19 @@
 // optimistic lock, and the Messenger watch passes only generation and
 // annotation changes, so the controller's own status writes do not wake it.
 //
+// Status: Ready, Progressing and Degraded come from the Deployment and from
+// the workload's pods, which the controller watches through a cache that
+// holds only pods labelled as the operator's (status.go): a container that
+// cannot pull its image or keeps crashing changes no Deployment field, so
+// the pod event is what wakes the reconcile. Ready is True only when the
+// rollout is complete and every replica ready, and its message says which
+// is missing otherwise.
+//
+// Live tuning: after the tuning ConfigMap is applied, every running pod
+// gets the hash of its data as the tetra.dev/tuning-hash annotation; the
+// pod update makes the kubelet sync the pod and refresh the mounted
+// ConfigMap at once instead of at its periodic sync (about a minute).
+//
 // Redis failover: with spec.redis the reconcile requeues itself every
 // RedisPollInterval (jittered) and compares the master's (run_id,
 // master_replid) with status.redis. A different identity must be seen on

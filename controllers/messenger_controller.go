@@ -114,12 +114,13 @@ type MessengerReconciler struct {
 // +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
-// +kubebuilder:rbac:groups="",resources=pods,verbs=list
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // CacheOptions restricts the manager's cache to what the controller needs:
-// only the ConfigMaps, Deployments, Services and PDBs the operator labels as
-// its own. (Secrets are watched metadata-only; Pods are never cached.)
+// only the ConfigMaps, Deployments, Services, PDBs and Pods the operator
+// labels as its own (the workload's pods carry the label from the pod
+// template). Secrets are watched metadata-only.
 func CacheOptions() cache.Options {
 	sel := labels.SelectorFromSet(labels.Set{render.LabelManagedBy: render.ManagedBy})
 	return cache.Options{ByObject: map[client.Object]cache.ByObject{
@@ -127,6 +128,7 @@ func CacheOptions() cache.Options {
 		&appsv1.Deployment{}:            {Label: sel},
 		&corev1.Service{}:               {Label: sel},
 		&policyv1.PodDisruptionBudget{}: {Label: sel},
+		&corev1.Pod{}:                   {Label: sel},
 	}}
 }
 
@@ -148,6 +150,10 @@ func (r *MessengerReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Man
 		Owns(&corev1.Service{}).
 		Owns(&policyv1.PodDisruptionBudget{}).
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.messengersForSecret), builder.OnlyMetadata).
+		// A pod that cannot pull its image or keeps crashing changes no
+		// Deployment field: the pods themselves are watched, so Degraded
+		// follows them at once.
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(messengerForPod)).
 		Named("messenger").
 		Complete(r)
 }
@@ -164,6 +170,16 @@ func (r *MessengerReconciler) messengersForSecret(ctx context.Context, s client.
 		reqs[i] = ctrl.Request{NamespacedName: types.NamespacedName{Namespace: m.Namespace, Name: m.Name}}
 	}
 	return reqs
+}
+
+// messengerForPod maps a workload pod to its Messenger (the instance label
+// is the Messenger's name).
+func messengerForPod(_ context.Context, p client.Object) []ctrl.Request {
+	name := p.GetLabels()[render.LabelInstance]
+	if name == "" || p.GetLabels()[render.LabelManagedBy] != render.ManagedBy {
+		return nil
+	}
+	return []ctrl.Request{{NamespacedName: types.NamespacedName{Namespace: p.GetNamespace(), Name: name}}}
 }
 
 func (r *MessengerReconciler) now() time.Time {
@@ -201,101 +217,156 @@ func (r *MessengerReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 	return res, nil
 }
 
+// pass is one reconcile of one Messenger: what its phases read and write.
+type pass struct {
+	m, orig  *tetrav1.Messenger
+	gen      int64
+	secrets  map[string]*corev1.Secret
+	versions map[string]string // Secret name -> resourceVersion, for the config hash
+	degraded *metav1.Condition // the Redis probe's verdict, until the status phase
+	result   ctrl.Result       // the requeue the pass ends with
+	objs     render.Objects
+	live     appsv1.Deployment // the Deployment before this pass applied anything
+	liveErr  error             // nil, or NotFound
+}
+
+// stop is how a phase ends a pass early: the outcome and the error to
+// return (the status was patched already, or the error says why not).
+type stop struct {
+	res     ctrl.Result
+	outcome string
+	err     error
+}
+
 // reconcile does the work of Reconcile and says how it ended (one of the
-// Outcome constants; an error overrides it).
+// Outcome constants; an error overrides it). It runs the phases in order;
+// each may end the pass (a paused Messenger, a missing Secret, a name
+// conflict, a failed apply):
+//
+//	load         the Messenger, the pause annotation, its name
+//	secrets      the referenced Secrets: present, with their keys and versions
+//	redis        the Redis identity and failover handling (with spec.redis)
+//	render       the children, and no foreign object under their names
+//	apply        server-side apply of the children
+//	status       readiness from the Deployment and its pods, Degraded reasons
 func (r *MessengerReconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, string, error) {
+	p, st := r.load(ctx, req)
+	for _, phase := range []func(context.Context, *pass) *stop{r.observeSecrets, r.observeRedisPhase, r.renderChildren, r.applyChildren} {
+		if st != nil {
+			break
+		}
+		st = phase(ctx, p)
+	}
+	if st != nil {
+		return st.res, st.outcome, st.err
+	}
+	return r.computeStatus(ctx, p)
+}
+
+// refuse ends a pass with the Messenger not ready for reason: Degraded
+// True and Ready False with msg, the generation observed, the status
+// patched. It returns the outcome with the patch's error.
+func (r *MessengerReconciler) refuse(ctx context.Context, p *pass, res ctrl.Result, outcome, reason, msg string) *stop {
+	setCondition(p.m, tetrav1.ConditionDegraded, metav1.ConditionTrue, reason, msg)
+	setCondition(p.m, tetrav1.ConditionReady, metav1.ConditionFalse, reason, msg)
+	p.m.Status.ObservedGeneration = p.gen
+	return &stop{res, outcome, r.patchStatus(ctx, p.orig, p.m)}
+}
+
+// load reads the Messenger; a deleted, paused or misnamed one ends the pass.
+func (r *MessengerReconciler) load(ctx context.Context, req ctrl.Request) (*pass, *stop) {
 	var m tetrav1.Messenger
 	if err := r.Get(ctx, req.NamespacedName, &m); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.setPending(req.NamespacedName, nil)
-			return ctrl.Result{}, OutcomeDeleted, nil
+			return nil, &stop{outcome: OutcomeDeleted}
 		}
-		return ctrl.Result{}, OutcomeError, err
+		return nil, &stop{outcome: OutcomeError, err: err}
 	}
-	orig := m.DeepCopy()
-	gen := m.Generation
-
+	p := &pass{m: &m, orig: m.DeepCopy(), gen: m.Generation,
+		degraded: &metav1.Condition{Status: metav1.ConditionFalse, Reason: reasonAsExpected, Message: "no problem seen"}}
 	if m.Annotations[tetrav1.PausedAnnotation] == "true" {
 		r.setPending(req.NamespacedName, nil)
 		setCondition(&m, tetrav1.ConditionProgressing, metav1.ConditionFalse, reasonPaused,
 			"reconciliation paused by the "+tetrav1.PausedAnnotation+" annotation")
-		return ctrl.Result{}, OutcomePaused, r.patchStatus(ctx, orig, &m)
+		return p, &stop{outcome: OutcomePaused, err: r.patchStatus(ctx, p.orig, &m)}
 	}
-
 	// The schema refuses such names; this guards CRDs installed before it.
 	if msg := invalidName(m.Name); msg != "" {
-		setCondition(&m, tetrav1.ConditionDegraded, metav1.ConditionTrue, reasonInvalidName, msg)
-		setCondition(&m, tetrav1.ConditionReady, metav1.ConditionFalse, reasonInvalidName, msg)
-		m.Status.ObservedGeneration = gen
-		return ctrl.Result{}, OutcomeRefused, r.patchStatus(ctx, orig, &m)
+		return p, r.refuse(ctx, p, ctrl.Result{}, OutcomeRefused, reasonInvalidName, msg)
 	}
+	return p, nil
+}
 
-	// Referenced Secrets: existence, keys and versions.
-	secrets, missing, err := r.readSecrets(ctx, &m)
+// observeSecrets reads the referenced Secrets: existence, keys and
+// versions. A missing one ends the pass (the Secret watch wakes it).
+func (r *MessengerReconciler) observeSecrets(ctx context.Context, p *pass) *stop {
+	secrets, missing, err := r.readSecrets(ctx, p.m)
 	if err != nil {
-		return ctrl.Result{}, OutcomeError, err
+		return &stop{outcome: OutcomeError, err: err}
 	}
 	if len(missing) > 0 {
 		msg := "waiting for " + joinMissing(missing)
-		r.Recorder.Eventf(&m, nil, corev1.EventTypeWarning, ReasonSecretMissing, "Reconcile", msg)
-		setCondition(&m, tetrav1.ConditionDegraded, metav1.ConditionTrue, ReasonSecretMissing, msg)
-		setCondition(&m, tetrav1.ConditionReady, metav1.ConditionFalse, ReasonSecretMissing, msg)
-		m.Status.ObservedGeneration = gen
-		// The Secret watch wakes us when it appears.
-		return ctrl.Result{}, OutcomeDegraded, r.patchStatus(ctx, orig, &m)
+		r.Recorder.Eventf(p.m, nil, corev1.EventTypeWarning, ReasonSecretMissing, "Reconcile", msg)
+		return r.refuse(ctx, p, ctrl.Result{}, OutcomeDegraded, ReasonSecretMissing, msg)
 	}
-	versions := make(map[string]string, len(secrets))
+	p.secrets = secrets
+	p.versions = make(map[string]string, len(secrets))
 	for name, s := range secrets {
-		versions[name] = s.ResourceVersion
+		p.versions[name] = s.ResourceVersion
 	}
+	return nil
+}
 
-	// Redis identity, before rendering: a failover handled by a restart
-	// changes the pod template.
-	var result ctrl.Result
-	degraded := &metav1.Condition{Status: metav1.ConditionFalse, Reason: reasonAsExpected, Message: "no problem seen"}
-	if rs := m.Spec.Redis; rs != nil {
-		result.RequeueAfter = r.pollAfter()
-		url := string(secrets[rs.SecretRef.Name].Data[render.SecretKey(rs.SecretRef.Key, render.DefaultURLKey)])
-		jwt := secrets[m.Spec.JWT.SecretRef.Name].Data[render.SecretKey(m.Spec.JWT.SecretRef.Key, render.DefaultJWTKey)]
-		cond, changed := r.observeRedis(ctx, &m, url, jwt)
-		if cond != nil {
-			degraded = cond
-		}
-		if changed {
-			// Persist the new identity (and restart epoch) before the
-			// Deployment is patched with it, so a failed patch is retried
-			// with the same epoch instead of being forgotten.
-			if err := r.patchStatus(ctx, orig, &m); err != nil {
-				return ctrl.Result{}, OutcomeError, err
-			}
-			orig = m.DeepCopy()
-		}
+// observeRedisPhase probes the Redis identity before rendering (a failover
+// handled by a restart changes the pod template) and persists a new one.
+func (r *MessengerReconciler) observeRedisPhase(ctx context.Context, p *pass) *stop {
+	rs := p.m.Spec.Redis
+	if rs == nil {
+		return nil
 	}
+	p.result.RequeueAfter = r.pollAfter()
+	url := string(p.secrets[rs.SecretRef.Name].Data[render.SecretKey(rs.SecretRef.Key, render.DefaultURLKey)])
+	jwt := p.secrets[p.m.Spec.JWT.SecretRef.Name].Data[render.SecretKey(p.m.Spec.JWT.SecretRef.Key, render.DefaultJWTKey)]
+	cond, changed := r.observeRedis(ctx, p.m, url, jwt)
+	if cond != nil {
+		p.degraded = cond
+	}
+	if changed {
+		// Persist the new identity (and restart epoch) before the
+		// Deployment is patched with it, so a failed patch is retried
+		// with the same epoch instead of being forgotten.
+		if err := r.patchStatus(ctx, p.orig, p.m); err != nil {
+			return &stop{outcome: OutcomeError, err: err}
+		}
+		p.orig = p.m.DeepCopy()
+	}
+	return nil
+}
 
+// renderChildren renders the children and refuses to touch names taken by
+// objects this Messenger does not control (a forced apply would take them
+// over).
+func (r *MessengerReconciler) renderChildren(ctx context.Context, p *pass) *stop {
 	var restartEpoch int64
-	if m.Status.Redis != nil {
-		restartEpoch = m.Status.Redis.RestartEpoch
+	if p.m.Status.Redis != nil {
+		restartEpoch = p.m.Status.Redis.RestartEpoch
 	}
-	objs, err := render.Render(&m, render.Inputs{DefaultImage: r.DefaultImage, SecretVersions: versions, RestartEpoch: restartEpoch})
+	in := render.Inputs{DefaultImage: r.DefaultImage, SecretVersions: p.versions, RestartEpoch: restartEpoch}
+	objs, err := render.Render(p.m, in)
 	if err != nil {
 		// The schema refuses bad specs; this is the belt to its braces.
-		setCondition(&m, tetrav1.ConditionDegraded, metav1.ConditionTrue, reasonInvalidSpec, err.Error())
-		setCondition(&m, tetrav1.ConditionReady, metav1.ConditionFalse, reasonInvalidSpec, err.Error())
-		m.Status.ObservedGeneration = gen
-		return result, OutcomeRefused, r.patchStatus(ctx, orig, &m)
+		return r.refuse(ctx, p, p.result, OutcomeRefused, reasonInvalidSpec, err.Error())
 	}
-
-	// Children whose names are taken by objects this Messenger does not
-	// control are never applied: a forced apply would take them over.
 	children := []client.Object{objs.ConfigMap, objs.Service, objs.Deployment}
 	if objs.PDB != nil {
 		children = append(children, objs.PDB)
 	}
 	var conflicts []string
 	for _, o := range children {
-		foreign, err := r.foreign(ctx, &m, o)
+		foreign, err := r.foreign(ctx, p.m, o)
 		if err != nil {
-			return ctrl.Result{}, OutcomeError, err
+			return &stop{outcome: OutcomeError, err: err}
 		}
 		if foreign != "" {
 			conflicts = append(conflicts, foreign)
@@ -303,82 +374,157 @@ func (r *MessengerReconciler) reconcile(ctx context.Context, req ctrl.Request) (
 	}
 	if len(conflicts) > 0 {
 		msg := joinMissing(conflicts) + " already exist and are not controlled by this Messenger: rename or delete them; the operator leaves them untouched"
-		r.Recorder.Eventf(&m, nil, corev1.EventTypeWarning, ReasonNameConflict, "Reconcile", msg)
-		setCondition(&m, tetrav1.ConditionDegraded, metav1.ConditionTrue, ReasonNameConflict, msg)
-		setCondition(&m, tetrav1.ConditionReady, metav1.ConditionFalse, ReasonNameConflict, msg)
-		m.Status.ObservedGeneration = gen
-		if err := r.patchStatus(ctx, orig, &m); err != nil {
-			return ctrl.Result{}, OutcomeError, err
+		r.Recorder.Eventf(p.m, nil, corev1.EventTypeWarning, ReasonNameConflict, "Reconcile", msg)
+		st := r.refuse(ctx, p, ctrl.Result{RequeueAfter: conflictRequeue}, OutcomeRefused, ReasonNameConflict, msg)
+		if st.err != nil {
+			st.res, st.outcome = ctrl.Result{}, OutcomeError
 		}
-		return ctrl.Result{RequeueAfter: conflictRequeue}, OutcomeRefused, nil
+		return st
 	}
+	p.liveErr = r.Get(ctx, client.ObjectKeyFromObject(objs.Deployment), &p.live)
+	if p.liveErr != nil && !apierrors.IsNotFound(p.liveErr) {
+		return &stop{outcome: OutcomeError, err: p.liveErr}
+	}
+	if p.liveErr == nil && replaceForPrefix(&p.live, render.KeyPrefix(p.m)) {
+		// Pods of another key prefix run (or still terminate): replace
+		// them rather than roll, or the new pods refuse to start beside
+		// them on the shared database.
+		in.Recreate = true
+		if objs, err = render.Render(p.m, in); err != nil {
+			return &stop{res: p.result, outcome: OutcomeError, err: err}
+		}
+	}
+	p.objs = objs
+	return nil
+}
 
-	var live appsv1.Deployment
-	liveErr := r.Get(ctx, client.ObjectKeyFromObject(objs.Deployment), &live)
-	if liveErr != nil && !apierrors.IsNotFound(liveErr) {
-		return ctrl.Result{}, OutcomeError, liveErr
-	}
+// applyChildren applies the children (server-side apply) and announces a
+// rollout; a failed apply is said in the status and retried with backoff.
+func (r *MessengerReconciler) applyChildren(ctx context.Context, p *pass) *stop {
+	objs := p.objs
 	applyErr := func() error {
 		for _, o := range []client.Object{objs.ConfigMap, objs.Service, objs.Deployment} {
 			if err := r.apply(ctx, o); err != nil {
 				return fmt.Errorf("apply %s %s: %w", o.GetObjectKind().GroupVersionKind().Kind, o.GetName(), err)
 			}
 		}
-		return r.applyPDB(ctx, &m, objs.PDB)
+		return r.applyPDB(ctx, p.m, objs.PDB)
 	}()
 	if applyErr != nil {
 		// Say so in the status, and still return the error for a retry
 		// with backoff.
-		setCondition(&m, tetrav1.ConditionDegraded, metav1.ConditionTrue, reasonApplyFailed, applyErr.Error())
-		setCondition(&m, tetrav1.ConditionReady, metav1.ConditionFalse, reasonApplyFailed, applyErr.Error())
-		m.Status.ObservedGeneration = gen
-		if err := r.patchStatus(ctx, orig, &m); err != nil && !apierrors.IsConflict(err) {
-			return ctrl.Result{}, OutcomeError, errors.Join(applyErr, err)
+		st := r.refuse(ctx, p, ctrl.Result{}, OutcomeError, reasonApplyFailed, applyErr.Error())
+		if st.err != nil && !apierrors.IsConflict(st.err) {
+			return &stop{outcome: OutcomeError, err: errors.Join(applyErr, st.err)}
 		}
-		return ctrl.Result{}, OutcomeError, applyErr
+		return &stop{outcome: OutcomeError, err: applyErr}
 	}
 	// A change of the config hash rolls the pods; say so. (A restart for a
 	// Redis failover was announced in observeRedis, where it was decided.)
-	if oldHash := live.Spec.Template.Annotations[tetrav1.ConfigHashAnnotation]; liveErr == nil && oldHash != objs.ConfigHash {
-		r.Recorder.Eventf(&m, nil, corev1.EventTypeNormal, ReasonRolloutTriggered, "Rollout",
+	if oldHash := p.live.Spec.Template.Annotations[tetrav1.ConfigHashAnnotation]; p.liveErr == nil && oldHash != objs.ConfigHash {
+		r.Recorder.Eventf(p.m, nil, corev1.EventTypeNormal, ReasonRolloutTriggered, "Rollout",
 			"cold settings changed (config hash %s -> %s): rolling the workload", oldHash, objs.ConfigHash)
 	}
+	return nil
+}
 
-	// Status from the Deployment as the cache sees it; its own updates
-	// trigger a new reconcile.
-	desired := render.Replicas(&m)
+// computeStatus fills the status from the Deployment as the cache sees it
+// (its own updates trigger a new reconcile) and from its pods, announces
+// the tuning to the pods, and patches the status.
+func (r *MessengerReconciler) computeStatus(ctx context.Context, p *pass) (ctrl.Result, string, error) {
+	m, objs := p.m, p.objs
+	desired := render.Replicas(m)
 	m.Status.Replicas = desired
 	m.Status.ConfigHash = objs.ConfigHash
-	m.Status.ObservedGeneration = gen
+	m.Status.ObservedGeneration = p.gen
 	var dep appsv1.Deployment
 	if err := r.Get(ctx, client.ObjectKeyFromObject(objs.Deployment), &dep); err != nil && !apierrors.IsNotFound(err) {
 		return ctrl.Result{}, OutcomeError, err
 	}
 	m.Status.ReadyReplicas = dep.Status.ReadyReplicas
-	rolledOut := dep.Generation != 0 && dep.Status.ObservedGeneration >= dep.Generation &&
-		dep.Spec.Template.Annotations[tetrav1.ConfigHashAnnotation] == objs.ConfigHash &&
-		dep.Status.UpdatedReplicas == desired && dep.Status.Replicas == desired && dep.Status.AvailableReplicas == desired
-	if rolledOut {
-		setCondition(&m, tetrav1.ConditionProgressing, metav1.ConditionFalse, reasonRolloutComplete,
-			fmt.Sprintf("%d replicas run config %s", desired, objs.ConfigHash))
-	} else {
-		setCondition(&m, tetrav1.ConditionProgressing, metav1.ConditionTrue, reasonRollingOut,
-			fmt.Sprintf("%d of %d replicas updated to config %s", dep.Status.UpdatedReplicas, desired, objs.ConfigHash))
-	}
+	m.Status.Image = objs.Deployment.Spec.Template.Spec.Containers[0].Image
+	m.Status.KeyPrefix = render.KeyPrefix(m)
+	m.Status.TuningHash = objs.TuningHash
 	outcome := OutcomeProgressing
-	if rolledOut && dep.Status.ReadyReplicas >= desired {
+	if setRolloutConditions(m, readRollout(&dep, desired, objs.ConfigHash), objs.ConfigHash) {
 		outcome = OutcomeReady
-		setCondition(&m, tetrav1.ConditionReady, metav1.ConditionTrue, reasonAvailable,
-			fmt.Sprintf("%d of %d replicas ready", dep.Status.ReadyReplicas, desired))
-	} else {
-		setCondition(&m, tetrav1.ConditionReady, metav1.ConditionFalse, reasonUnavailable,
-			fmt.Sprintf("%d of %d replicas ready", dep.Status.ReadyReplicas, desired))
 	}
-	setCondition(&m, tetrav1.ConditionDegraded, degraded.Status, degraded.Reason, degraded.Message)
+
+	// What the pods and the Deployment say is wrong, before the Redis
+	// probe's verdict (a pod's failure is usually what a person must fix
+	// first; both are in the message).
+	var pods corev1.PodList
+	if err := r.List(ctx, &pods, client.InNamespace(m.Namespace), client.MatchingLabels(render.SelectorLabels(m))); err != nil {
+		return ctrl.Result{}, OutcomeError, fmt.Errorf("list pods: %w", err)
+	}
+	degraded := p.degraded
+	problems := workloadProblems(pods.Items, &dep)
+	if degraded.Status == metav1.ConditionTrue {
+		problems = append(problems, problem{degraded.Reason, degraded.Message})
+	}
+	if c := joinProblems(problems); c != nil {
+		degraded = c
+	}
+	setCondition(m, tetrav1.ConditionDegraded, degraded.Status, degraded.Reason, degraded.Message)
+	if err := r.announceTuning(ctx, pods.Items, objs.TuningHash); err != nil {
+		return ctrl.Result{}, OutcomeError, err
+	}
 	if degraded.Status == metav1.ConditionTrue {
 		outcome = OutcomeDegraded
 	}
-	return result, outcome, r.patchStatus(ctx, orig, &m)
+	return p.result, outcome, r.patchStatus(ctx, p.orig, m)
+}
+
+// replaceForPrefix says whether the live Deployment's pods use (or, in a
+// replacement still under way, may still use) another Redis key prefix
+// than want, so that the next rollout must replace the pods instead of
+// rolling them. A template without TETRA_INDEX_PREFIX ran with the
+// workload's default, "tetra:" (operators before the field existed).
+func replaceForPrefix(live *appsv1.Deployment, want string) bool {
+	if want == "" || len(live.Spec.Template.Spec.Containers) == 0 {
+		return false
+	}
+	have := "tetra:"
+	for _, e := range live.Spec.Template.Spec.Containers[0].Env {
+		if e.Name == "TETRA_INDEX_PREFIX" {
+			have = e.Value
+		}
+	}
+	if have != want {
+		return true
+	}
+	// Same prefix: keep Recreate until the replacement it started is
+	// done. Recreate starts new pods only once every old one is gone, so
+	// the new pods all updated and available means no old pod is left
+	// (not even a terminating one, which would still hold its prefix).
+	st := live.Status
+	desired := int32(1)
+	if live.Spec.Replicas != nil {
+		desired = *live.Spec.Replicas
+	}
+	done := st.ObservedGeneration >= live.Generation && st.UpdatedReplicas == desired &&
+		st.Replicas == desired && st.AvailableReplicas == desired
+	return live.Spec.Strategy.Type == appsv1.RecreateDeploymentStrategyType && !done
+}
+
+// announceTuning writes hash as the tuning-hash annotation of every
+// running pod that does not carry it yet. The write makes the kubelet sync
+// the pod, which refreshes its mounted tuning ConfigMap at once; without
+// it the kubelet does so only at its periodic sync (measured 49-74 s).
+// Idempotent: a pod that carries the hash is not written.
+func (r *MessengerReconciler) announceTuning(ctx context.Context, pods []corev1.Pod, hash string) error {
+	for i := range pods {
+		p := &pods[i]
+		if p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodRunning || p.Annotations[tetrav1.TuningHashAnnotation] == hash {
+			continue
+		}
+		patch := client.RawPatch(types.MergePatchType,
+			[]byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, tetrav1.TuningHashAnnotation, hash)))
+		if err := r.Patch(ctx, p, patch); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("annotate pod %s with the tuning hash: %w", p.Name, err)
+		}
+	}
+	return nil
 }
 
 // readSecrets reads every referenced Secret. missing lists the Secrets (or

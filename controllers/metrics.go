@@ -15,7 +15,10 @@ const (
 	OutcomeProgressing = "progressing"
 	// OutcomeDegraded: Degraded=True on something the operator waits out
 	// (SecretMissing, RedisUnreachable, RedisNoMaster,
-	// RedisSeveralMasters); children are applied when they can be.
+	// RedisSeveralMasters, and what the pods and the Deployment say:
+	// ImagePullFailed, CrashLooping, ContainerConfigError, Unschedulable,
+	// ProgressDeadlineExceeded, ReplicaFailure); children are applied when
+	// they can be.
 	OutcomeDegraded = "degraded"
 	// OutcomeRefused: the operator refuses to render the Messenger
 	// (NameConflict, InvalidName, InvalidSpec) until a human acts.

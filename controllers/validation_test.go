@@ -82,6 +82,21 @@ func TestRefusedSpecs(t *testing.T) {
 		{"redis secret key too long", func(m *tetrav1.Messenger) {
 			m.Spec.Redis = &tetrav1.RedisSpec{SecretRef: tetrav1.URLSecretRef{Name: "redis", Key: strings.Repeat("k", 254)}}
 		}, "spec.redis.secretRef.key", ""},
+		{"redis key prefix with a glob character", func(m *tetrav1.Messenger) {
+			m.Spec.Redis = &tetrav1.RedisSpec{SecretRef: redis.SecretRef, KeyPrefix: "tetra*:"}
+		}, "spec.redis.keyPrefix", "may contain only letters, digits"},
+		{"redis key prefix with a space", func(m *tetrav1.Messenger) {
+			m.Spec.Redis = &tetrav1.RedisSpec{SecretRef: redis.SecretRef, KeyPrefix: "my app:"}
+		}, "spec.redis.keyPrefix", "must end with ':'"},
+		{"redis key prefix with a NUL byte", func(m *tetrav1.Messenger) {
+			m.Spec.Redis = &tetrav1.RedisSpec{SecretRef: redis.SecretRef, KeyPrefix: "a\x00b:"}
+		}, "spec.redis.keyPrefix", "no spaces, glob characters or NUL bytes"},
+		{"redis key prefix not ending with a colon", func(m *tetrav1.Messenger) {
+			m.Spec.Redis = &tetrav1.RedisSpec{SecretRef: redis.SecretRef, KeyPrefix: "shop"}
+		}, "spec.redis.keyPrefix", "must end with ':'"},
+		{"redis key prefix too long", func(m *tetrav1.Messenger) {
+			m.Spec.Redis = &tetrav1.RedisSpec{SecretRef: redis.SecretRef, KeyPrefix: strings.Repeat("a", 200) + ":"}
+		}, "spec.redis.keyPrefix", "200"},
 		// The name is the children's instance label and the Service's name.
 		{"name too long", func(m *tetrav1.Messenger) { m.Name = strings.Repeat("a", 64) }, "metadata.name", "at most 63 characters"},
 		{"name with a dot", func(m *tetrav1.Messenger) { m.Name = "chat.v2" }, "metadata.name", "DNS-1035 label"},

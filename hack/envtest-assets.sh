@@ -62,7 +62,14 @@ package tools
 import _ "k8s.io/kubernetes/cmd/kube-apiserver"
 GO
     go mod tidy >/dev/null 2>&1 || true
-    go build -tags tools -o "$DIR/kube-apiserver.tmp" k8s.io/kubernetes/cmd/kube-apiserver
+    # Version-stamped, as hack/node-assets.sh does (unstamped it reports
+    # v0.0.0-master); the stamp changes only the link, not the cache key.
+    local major="${K8S_VERSION%%.*}" rest="${K8S_VERSION#*.}"
+    local stamp=""
+    for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+      stamp+=" -X $pkg.gitVersion=v$K8S_VERSION -X $pkg.gitMajor=$major -X $pkg.gitMinor=${rest%%.*} -X $pkg.gitTreeState=clean"
+    done
+    go build -tags tools -ldflags "$stamp" -o "$DIR/kube-apiserver.tmp" k8s.io/kubernetes/cmd/kube-apiserver
     mv "$DIR/kube-apiserver.tmp" "$DIR/kube-apiserver" )
   rm -rf "$work"
 }

@@ -29,6 +29,12 @@ const (
 	// RedisEpochAnnotation on the pod template holds the Redis epoch of the
 	// last failover that had to be handled by a restart.
 	RedisEpochAnnotation = "tetra.dev/redis-epoch"
+	// TuningHashAnnotation on each running pod (not the template) holds the
+	// hash of the tuning ConfigMap's data the operator last announced to
+	// it. Writing it makes the kubelet sync the pod, and so refresh the
+	// mounted ConfigMap, at once instead of at its next periodic sync (up
+	// to a minute and more later).
+	TuningHashAnnotation = "tetra.dev/tuning-hash"
 )
 
 // URLSecretRef names the key of a Secret, in the Messenger's namespace,
@@ -104,6 +110,21 @@ type RedisSpec struct {
 	// Sentinel, when set, finds the master through Redis Sentinel.
 	// +optional
 	Sentinel *RedisSentinelSpec `json:"sentinel,omitempty"`
+	// KeyPrefix prefixes every Redis key of this Messenger's pods (the
+	// workload's --index-prefix). Default "tetra:<namespace>/<name>:",
+	// which no other Messenger can have, so several Messengers (or
+	// installs) can share one Redis database. Letters, digits and
+	// . _ : / - only, ending with ':', 2 to 200 bytes: no spaces, glob
+	// characters or NUL bytes, so `redis-cli --scan --pattern
+	// '<prefix>*'` selects exactly this Messenger's keys. Changing it
+	// replaces the pods (Recreate): pods of two prefixes may not share one
+	// database, and the new pods prime a fresh index from the outbox; the
+	// old prefix's keys are left for you to delete.
+	// +kubebuilder:validation:MinLength=2
+	// +kubebuilder:validation:MaxLength=200
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[A-Za-z0-9._:/-]+:$')",message="spec.redis.keyPrefix may contain only letters, digits and . _ : / - and must end with ':' (no spaces, glob characters or NUL bytes: redis-cli --scan --pattern '<prefix>*' must select exactly its keys)"
+	// +optional
+	KeyPrefix string `json:"keyPrefix,omitempty"`
 }
 
 // KafkaSpec is the outbox topic, used with backend kafka.
@@ -350,7 +371,8 @@ const (
 	// ConditionProgressing: a rollout is under way.
 	ConditionProgressing = "Progressing"
 	// ConditionDegraded: something needs a human (a missing Secret, an
-	// unreachable or ambiguous Redis, an invalid tuning).
+	// unreachable or ambiguous Redis, an invalid tuning, a pod that cannot
+	// pull its image or keeps crashing, a rollout past its deadline).
 	ConditionDegraded = "Degraded"
 )
 
@@ -411,6 +433,18 @@ type MessengerStatus struct {
 	// ConfigHash is the hash of the cold settings in the pod template.
 	// +optional
 	ConfigHash string `json:"configHash,omitempty"`
+	// Image is the workload image of the pod template (spec.image or the
+	// operator's default).
+	// +optional
+	Image string `json:"image,omitempty"`
+	// KeyPrefix is the Redis key prefix the pod template gives the pods
+	// (spec.redis.keyPrefix or its default); empty without Redis.
+	// +optional
+	KeyPrefix string `json:"keyPrefix,omitempty"`
+	// TuningHash is the hash of the tuning ConfigMap's data, announced to
+	// every running pod as the tetra.dev/tuning-hash annotation.
+	// +optional
+	TuningHash string `json:"tuningHash,omitempty"`
 	// Redis is the Redis identity last accepted.
 	// +optional
 	Redis *RedisIdentity `json:"redis,omitempty"`
@@ -432,7 +466,14 @@ type MessengerStatus struct {
 // +kubebuilder:printcolumn:name="Replicas",type=integer,JSONPath=`.spec.replicas`
 // +kubebuilder:printcolumn:name="Ready",type=integer,JSONPath=`.status.readyReplicas`
 // +kubebuilder:printcolumn:name="Status",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
+// +kubebuilder:printcolumn:name="Degraded",type=string,JSONPath=`.status.conditions[?(@.type=="Degraded")].reason`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:printcolumn:name="Image",type=string,priority=1,JSONPath=`.status.image`
+// +kubebuilder:printcolumn:name="Config",type=string,priority=1,JSONPath=`.status.configHash`
+// +kubebuilder:printcolumn:name="Generation",type=integer,priority=1,JSONPath=`.metadata.generation`
+// +kubebuilder:printcolumn:name="Observed",type=integer,priority=1,JSONPath=`.status.observedGeneration`
+// +kubebuilder:printcolumn:name="Redis-Epoch",type=integer,priority=1,JSONPath=`.status.redis.epoch`
+// +kubebuilder:printcolumn:name="Key-Prefix",type=string,priority=1,JSONPath=`.status.keyPrefix`
 type Messenger struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`

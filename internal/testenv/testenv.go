@@ -8,12 +8,13 @@ import (
 	"net"
 	"net/url"
 	"os"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/tetra-messenger/tetra/workload/config"
 )
 
 // Default service addresses.
@@ -58,7 +59,7 @@ func Postgres(t testing.TB) string {
 	defer cancel()
 	conn, err := pgx.Connect(ctx, admin)
 	if err != nil {
-		Unavailable(t, "PostgreSQL at "+redact(admin), "Start it with `pg_ctlcluster --skip-systemctl-redirect 15 main start` or set TETRA_TEST_POSTGRES.", err)
+		Unavailable(t, "PostgreSQL at "+config.RedactURL(admin), "Start it with `pg_ctlcluster --skip-systemctl-redirect 15 main start` or set TETRA_TEST_POSTGRES.", err)
 	}
 	defer conn.Close(context.Background())
 	name := "tetra_test_" + randomSuffix()
@@ -80,7 +81,7 @@ func Postgres(t testing.TB) string {
 	})
 	u, err := url.Parse(admin)
 	if err != nil {
-		t.Fatalf("testenv: parse %s: %v", redact(admin), err)
+		t.Fatalf("testenv: parse %s: %v", config.RedactURL(admin), err)
 	}
 	u.Path = "/" + name
 	return u.String()
@@ -139,16 +140,4 @@ func FreeAddr(t testing.TB) string {
 	}
 	defer ln.Close()
 	return ln.Addr().String()
-}
-
-func redact(u string) string {
-	if i := strings.Index(u, "@"); i >= 0 {
-		if j := strings.Index(u, "://"); j >= 0 && j < i {
-			userinfo := u[j+3 : i]
-			if k := strings.Index(userinfo, ":"); k >= 0 {
-				return u[:j+3] + userinfo[:k] + ":***" + u[i:]
-			}
-		}
-	}
-	return u
 }

@@ -4,12 +4,11 @@ package crash_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"math/rand/v2"
-	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -17,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tetra-messenger/tetra/internal/serveproc"
 	"github.com/tetra-messenger/tetra/internal/testenv"
 	"github.com/tetra-messenger/tetra/workload/auth"
 	"github.com/tetra-messenger/tetra/workload/client"
@@ -30,36 +30,22 @@ func TestMain(m *testing.M) {
 }
 
 // proc is the `tetra serve` child; start/kill/term it any number of times
-// on the same data, secret and address.
+// on the same data, secret and address. Each run logs to a file of its own.
 type proc struct {
 	t      *testing.T
-	bin    string
-	addr   string
-	args   []string
-	env    []string
+	sp     serveproc.Proc
 	logDir string
 	runs   int
-
-	mu   sync.Mutex
-	cmd  *exec.Cmd
-	done chan struct{}
-	err  error
 }
 
 func newProc(t *testing.T, addr, secret string, extra ...string) *proc {
-	p := &proc{t: t, bin: testenv.TetraBinary(t), addr: addr, logDir: t.TempDir(),
-		args: append([]string{"serve", "--addr", addr, "--log-level", "info",
+	p := &proc{t: t, logDir: t.TempDir(), sp: serveproc.Proc{Bin: testenv.TetraBinary(t), Addr: addr,
+		Args: append([]string{"serve", "--addr", addr, "--log-level", "info",
 			"--ping-interval", "1s", "--ping-timeout", "2s", "--poll-interval", "20ms", "--gc-interval", "100ms",
 			"--lease", "3s", "--max-conns-per-user", "8"}, extra...),
-		env: append(os.Environ(), "TETRA_JWT_SECRET="+secret)}
+		Env: append(os.Environ(), "TETRA_JWT_SECRET="+secret)}}
 	t.Cleanup(func() {
-		p.mu.Lock()
-		cmd, done := p.cmd, p.done
-		p.mu.Unlock()
-		if cmd != nil {
-			_ = cmd.Process.Kill()
-			<-done
-		}
+		_, _ = p.sp.Stop(syscall.SIGKILL, 10*time.Second)
 		if t.Failed() {
 			for i := 1; i <= p.runs; i++ {
 				b, _ := os.ReadFile(p.logPath(i))
@@ -81,69 +67,21 @@ func (p *proc) logPath(run int) string {
 func (p *proc) start() {
 	p.t.Helper()
 	p.runs++
-	logf, err := os.Create(p.logPath(p.runs))
-	if err != nil {
-		p.t.Fatal(err)
+	p.sp.LogPath = p.logPath(p.runs)
+	if err := p.sp.Start(context.Background(), 30*time.Second); err != nil {
+		p.t.Fatalf("run %d: %v", p.runs, err)
 	}
-	cmd := exec.Command(p.bin, p.args...)
-	cmd.Env = p.env
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		p.t.Fatal(err)
-	}
-	done := make(chan struct{})
-	p.mu.Lock()
-	p.cmd, p.done = cmd, done
-	p.mu.Unlock()
-	go func() {
-		err := cmd.Wait()
-		logf.Close()
-		p.mu.Lock()
-		p.err = err
-		p.mu.Unlock()
-		close(done)
-	}()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		resp, err := http.Get("http://" + p.addr + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
-		}
-		select {
-		case <-done:
-			b, _ := os.ReadFile(p.logPath(p.runs))
-			p.t.Fatalf("tetra serve exited at start (run %d): %v\n%s", p.runs, p.err, b)
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-	p.t.Fatalf("tetra serve not healthy within 30 s (run %d)", p.runs)
 }
 
 // signal sends sig and waits for the exit; it returns how long that took
 // and the exit error.
 func (p *proc) signal(sig os.Signal, timeout time.Duration) (time.Duration, error) {
 	p.t.Helper()
-	p.mu.Lock()
-	cmd, done := p.cmd, p.done
-	p.mu.Unlock()
-	t0 := time.Now()
-	if err := cmd.Process.Signal(sig); err != nil {
-		p.t.Fatal(err)
-	}
-	select {
-	case <-done:
-	case <-time.After(timeout):
-		_ = cmd.Process.Kill()
-		<-done
+	took, err := p.sp.Stop(sig, timeout)
+	if errors.Is(err, serveproc.ErrKilled) {
 		p.t.Fatalf("tetra serve did not exit within %s of %v", timeout, sig)
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.cmd = nil
-	return time.Since(t0), p.err
+	return took, err
 }
 
 func (p *proc) kill() { p.signal(syscall.SIGKILL, 10*time.Second) }

@@ -3,13 +3,13 @@ package fleet_test
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"maps"
 	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -21,6 +21,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/tetra-messenger/tetra/internal/serveproc"
 	"github.com/tetra-messenger/tetra/internal/testenv"
 	"github.com/tetra-messenger/tetra/workload/auth"
 	"github.com/tetra-messenger/tetra/workload/client"
@@ -43,11 +44,7 @@ type proc struct {
 	logPath string
 	bin     string
 	args    []string // as last started
-
-	mu   sync.Mutex
-	cmd  *exec.Cmd
-	done chan struct{}
-	err  error
+	sp      *serveproc.Proc
 }
 
 // fleet is n children on one PostgreSQL database and one Redis prefix.
@@ -91,12 +88,8 @@ func newFleet(t *testing.T, n int, extra ...string) *fleet {
 	// stopped process); on failure their log tails are printed.
 	t.Cleanup(func() {
 		for _, p := range f.procs {
-			p.mu.Lock()
-			cmd, done := p.cmd, p.done
-			p.mu.Unlock()
-			if cmd != nil {
-				_ = cmd.Process.Kill()
-				<-done
+			if p.sp != nil {
+				_, _ = p.sp.Stop(syscall.SIGKILL, 10*time.Second)
 			}
 		}
 		if t.Failed() {
@@ -124,73 +117,25 @@ func newFleet(t *testing.T, n int, extra ...string) *fleet {
 func (p *proc) start(bin string, args []string) {
 	p.t.Helper()
 	p.bin, p.args = bin, args
-	logf, err := os.OpenFile(p.logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
-	if err != nil {
-		p.t.Fatal(err)
+	p.sp = &serveproc.Proc{Bin: bin, Args: args, Addr: p.addr, LogPath: p.logPath,
+		Env: append(os.Environ(), "TETRA_JWT_SECRET="+secret)}
+	if err := p.sp.Start(context.Background(), 30*time.Second); err != nil {
+		p.t.Fatalf("%s: %v", p.name, err)
 	}
-	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(), "TETRA_JWT_SECRET="+secret)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		p.t.Fatal(err)
-	}
-	done := make(chan struct{})
-	p.mu.Lock()
-	p.cmd, p.done = cmd, done
-	p.mu.Unlock()
-	go func() {
-		err := cmd.Wait()
-		logf.Close()
-		p.mu.Lock()
-		p.err = err
-		p.mu.Unlock()
-		close(done)
-	}()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		resp, err := http.Get("http://" + p.addr + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
-		}
-		select {
-		case <-done:
-			b, _ := os.ReadFile(p.logPath)
-			p.t.Fatalf("%s exited at start: %v\n%s", p.name, p.err, b)
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-	p.t.Fatalf("%s not healthy within 30 s", p.name)
 }
 
 // kill SIGKILLs the child and waits for its exit.
 func (p *proc) kill() {
 	p.t.Helper()
-	p.mu.Lock()
-	cmd, done := p.cmd, p.done
-	p.mu.Unlock()
-	if err := cmd.Process.Kill(); err != nil {
-		p.t.Fatal(err)
-	}
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
+	if _, err := p.sp.Stop(syscall.SIGKILL, 10*time.Second); errors.Is(err, serveproc.ErrKilled) {
 		p.t.Fatalf("%s did not exit within 10 s of SIGKILL", p.name)
 	}
-	p.mu.Lock()
-	p.cmd = nil
-	p.mu.Unlock()
 }
 
 // signal sends sig (SIGSTOP, SIGCONT) without waiting.
 func (p *proc) signal(sig syscall.Signal) {
 	p.t.Helper()
-	p.mu.Lock()
-	cmd := p.cmd
-	p.mu.Unlock()
-	if err := cmd.Process.Signal(sig); err != nil {
+	if err := p.sp.Signal(sig); err != nil {
 		p.t.Fatalf("%s: %v: %v", p.name, sig, err)
 	}
 }

@@ -101,7 +101,7 @@ type Stats struct {
 type Engine struct {
 	cfg    Config
 	tuning func() config.Tuning
-	log    outbox.Log
+	outbox outbox.Log
 	idx    waterline.Index
 	logger *slog.Logger
 	now    func() time.Time
@@ -172,7 +172,7 @@ func New(log outbox.Log, idx waterline.Index, tuning func() config.Tuning, cfg C
 	}
 	cfg = cfg.withDefaults()
 	e := &Engine{
-		cfg: cfg, tuning: tuning, log: log, idx: idx, logger: logger, now: time.Now,
+		cfg: cfg, tuning: tuning, outbox: log, idx: idx, logger: logger, now: time.Now,
 		reg:      newRegistry(),
 		scanPos:  map[int32]*atomic.Int64{},
 		fastQ:    makeQueues(cfg.Concurrency, cfg.FastQueue),
@@ -191,7 +191,7 @@ func New(log outbox.Log, idx waterline.Index, tuning func() config.Tuning, cfg C
 // crashed predecessor with the same owner left behind is wiped), and starts
 // the fast-path workers, the poller, the GC and the idle reaper.
 func (e *Engine) Start(ctx context.Context) error {
-	parts, err := e.log.Partitions(ctx)
+	parts, err := e.outbox.Partitions(ctx)
 	if err != nil {
 		return fmt.Errorf("delivery: list outbox partitions: %w", err)
 	}
@@ -318,7 +318,7 @@ func (e *Engine) Register(ctx context.Context, c Conn) (*Member, error) {
 
 	start := make(map[int32]int64, len(e.partitions))
 	for _, p := range e.partitions {
-		head, err := e.log.Head(ctx, p)
+		head, err := e.outbox.Head(ctx, p)
 		if err != nil {
 			e.reg.remove(m)
 			return nil, fmt.Errorf("delivery: read outbox head: %w", err)

@@ -230,8 +230,9 @@ func (e *Engine) checkReaped() {
 }
 
 // fleetMayDelete reaps dead owners and reports whether GC may delete: no
-// live owner lags behind the index's current identity, and this process
-// has seen that identity for at least OwnerTTL.
+// live owner lags behind the index's current identity, and that identity
+// was first seen, by any process, at least OwnerTTL/2 ago
+// (Fleet.IdentityAge).
 func (e *Engine) fleetMayDelete(ctx context.Context, identity string) (bool, error) {
 	if e.fleet == nil {
 		return true, nil
@@ -270,7 +271,7 @@ func (e *Engine) fleetMayDelete(ctx context.Context, identity string) (bool, err
 // covers, and refuses (releasing this owner's liveness record) when the
 // prefix already covers another outbox of a live deployment.
 func (e *Engine) bindOutbox(ctx context.Context, f waterline.Fleet) error {
-	id, err := e.log.ID(ctx)
+	id, err := e.outbox.ID(ctx)
 	if err == nil {
 		err = f.BindOutbox(ctx, id)
 	}

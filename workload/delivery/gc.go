@@ -122,7 +122,7 @@ func (g *collector) partition(ctx context.Context, p int32, identity string, now
 	e := g.e
 	cctx, cancel := context.WithTimeout(ctx, e.cfg.StoreTimeout)
 	defer cancel()
-	st, err := e.log.Stats(cctx, p)
+	st, err := e.outbox.Stats(cctx, p)
 	if err != nil {
 		return 0, err
 	}
@@ -174,7 +174,7 @@ func (g *collector) partition(ctx context.Context, p int32, identity string, now
 	if line <= g.deleted[p] {
 		return 0, nil
 	}
-	n, err := e.log.DeleteBelow(cctx, p, line)
+	n, err := e.outbox.DeleteBelow(cctx, p, line)
 	if err != nil {
 		return 0, err
 	}
@@ -188,7 +188,7 @@ func (g *collector) backstopLine(ctx context.Context, p int32, cutoff time.Time)
 	e := g.e
 	after := int64(-1)
 	for read := 0; read < backstopScanLimit; {
-		rows, err := e.log.Scan(ctx, p, after, 1000)
+		rows, err := e.outbox.Scan(ctx, p, after, 1000)
 		if err != nil {
 			return 0, err
 		}

@@ -151,7 +151,7 @@ func (e *Engine) scan(ctx context.Context, p int32) {
 	for round := 0; round < maxScanRounds; round++ {
 		after := pos.Load()
 		cctx, cancel := context.WithTimeout(ctx, e.cfg.StoreTimeout)
-		rows, err := e.log.Scan(cctx, p, after, t.PollBatch)
+		rows, err := e.outbox.Scan(cctx, p, after, t.PollBatch)
 		cancel()
 		if err != nil {
 			e.logger.Warn("poller: scan the outbox", "partition", p, "err", err)
@@ -239,7 +239,7 @@ func (e *Engine) catchUp(ctx context.Context, p int32) {
 	after := from
 	for round := 0; round < maxScanRounds && !reached; round++ {
 		cctx, cancel := context.WithTimeout(ctx, e.cfg.StoreTimeout)
-		rows, err := e.log.Scan(cctx, p, after, t.PollBatch)
+		rows, err := e.outbox.Scan(cctx, p, after, t.PollBatch)
 		cancel()
 		if err != nil {
 			e.logger.Warn("poller: catch-up scan of the outbox", "partition", p, "err", err)

@@ -10,7 +10,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"net/url"
 	"slices"
 	"sort"
 	"strconv"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/tetra-messenger/tetra/workload/auth"
 	"github.com/tetra-messenger/tetra/workload/client"
+	"github.com/tetra-messenger/tetra/workload/config"
 	"github.com/tetra-messenger/tetra/workload/protocol"
 	"github.com/tetra-messenger/tetra/workload/server"
 )
@@ -171,7 +171,7 @@ func (c *Config) validate() error {
 		case !strings.HasPrefix(c.Server.Store, "postgres://") && !strings.HasPrefix(c.Server.Store, "postgresql://"),
 			!isRedisIndex(c.Server.Index, c.Server.IndexSentinelAddrs):
 			return fmt.Errorf("--replicas %d needs --store postgres://... and --index redis://... (the processes share one store and one index; got --store %q, --index %q)",
-				c.Replicas, orDefault(redactURL(c.Server.Store), "SQLite, the embedded default"), orDefault(redactURL(c.Server.Index), "in process, the default"))
+				c.Replicas, orDefault(config.RedactURL(c.Server.Store), "SQLite, the embedded default"), orDefault(config.RedactURL(c.Server.Index), "in process, the default"))
 		}
 	}
 	if c.SlowAckDelay == 0 {
@@ -437,18 +437,6 @@ func orDefault(s, def string) string {
 		return def
 	}
 	return s
-}
-
-// redactURL hides the password of a store or index URL in errors.
-func redactURL(s string) string {
-	u, err := url.Parse(s)
-	if err != nil || u.User == nil {
-		return s
-	}
-	if _, ok := u.User.Password(); ok {
-		u.User = url.UserPassword(u.User.Username(), "xxx")
-	}
-	return u.String()
 }
 
 func randomSecret() string {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -123,7 +124,7 @@ func TestKilledReplicaClientsMoveToTheOther(t *testing.T) {
 	cfg.Server.Store, cfg.Server.Index, cfg.Server.IndexPrefix = pg, redisURL, prefix
 	cfg.Clients, cfg.Rate, cfg.Duration, cfg.Drain = 20, 40, 4*time.Second, 30*time.Second
 	cfg.connected = func(f *fleet) {
-		time.AfterFunc(time.Second, func() { _ = f.targets[1].(*child).cmd.Process.Kill() })
+		time.AfterFunc(time.Second, func() { _ = f.targets[1].(*child).proc.Signal(syscall.SIGKILL) })
 	}
 	rep, err := Run(context.Background(), cfg)
 	if err != nil {

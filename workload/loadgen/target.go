@@ -4,15 +4,14 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/tetra-messenger/tetra/internal/serveproc"
 	"github.com/tetra-messenger/tetra/workload/config"
 	"github.com/tetra-messenger/tetra/workload/server"
 )
@@ -122,9 +121,8 @@ func (c *cleanup) stop() {
 // child is a `tetra serve` child process started from this binary.
 type child struct {
 	*remote
-	cmd  *exec.Cmd
+	proc *serveproc.Proc
 	dir  string
-	done chan struct{}
 }
 
 // TuningArgs renders t as `tetra serve` flags.
@@ -172,7 +170,8 @@ func startChild(ctx context.Context, cfg Config, dir, secret string, extra []str
 		return nil, err
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	args := append([]string{"serve", "--addr", addr, "--data", dir, "--log-level", "warn",
+	// --drain 0: no load balancer routes to a child, nothing to wait for.
+	args := append([]string{"serve", "--addr", addr, "--data", dir, "--log-level", "warn", "--drain", "0",
 		"--max-conns-per-user", "64", "--max-conns", strconv.Itoa(max(cfg.Clients*2, 20000))}, TuningArgs(cfg.Server.Tuning)...)
 	if cfg.Server.Store != "" {
 		args = append(args, "--store", cfg.Server.Store)
@@ -188,49 +187,16 @@ func startChild(ctx context.Context, cfg Config, dir, secret string, extra []str
 			"--index-sentinel-master", cfg.Server.IndexSentinelMaster)
 	}
 	args = append(args, extra...)
-	cmd := exec.Command(exe, args...)
-	setParentDeathSignal(cmd)
-	cmd.Env = append(os.Environ(), "TETRA_JWT_SECRET="+secret)
-	logf, err := os.Create(filepath.Join(dir, "server.log"))
-	if err != nil {
-		return nil, err
-	}
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("loadgen: start server: %w", err)
-	}
 	rem, err := newRemote("http://"+addr, secret)
 	if err != nil {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		logf.Close()
 		return nil, err
 	}
-	c := &child{remote: rem, cmd: cmd, dir: dir, done: make(chan struct{})}
-	go func() { _ = cmd.Wait(); logf.Close(); close(c.done) }()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		resp, err := http.Get("http://" + addr + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return c, nil
-			}
-		}
-		select {
-		case <-c.done:
-			log, _ := os.ReadFile(filepath.Join(dir, "server.log"))
-			return nil, fmt.Errorf("loadgen: server exited at start: %s", strings.TrimSpace(string(log)))
-		case <-ctx.Done():
-			c.stop()
-			return nil, ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			c.stop()
-			return nil, fmt.Errorf("loadgen: server not healthy after 30 s")
-		}
+	p := &serveproc.Proc{Bin: exe, Args: args, Addr: addr, Env: append(os.Environ(), "TETRA_JWT_SECRET="+secret),
+		LogPath: filepath.Join(dir, "server.log"), DieWithParent: true}
+	if err := p.Start(ctx, 30*time.Second); err != nil {
+		return nil, fmt.Errorf("loadgen: %w", err)
 	}
+	return &child{remote: rem, proc: p, dir: dir}, nil
 }
 
 // finish reads the child's peak RSS (VmHWM) and CPU time from /proc before
@@ -242,7 +208,7 @@ func (c *child) finish(rep *Report) {
 
 func (c *child) procStats() ProcessStats {
 	var ps ProcessStats
-	pid := c.cmd.Process.Pid
+	pid := c.proc.Pid()
 	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid)); err == nil {
 		for _, line := range strings.Split(string(b), "\n") {
 			if strings.HasPrefix(line, "VmHWM:") {
@@ -273,12 +239,6 @@ func (c *child) procStats() ProcessStats {
 const childStopTimeout = 30 * time.Second
 
 func (c *child) stop() {
-	_ = c.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-c.done:
-	case <-time.After(childStopTimeout):
-		_ = c.cmd.Process.Kill()
-		<-c.done
-	}
+	_, _ = c.proc.Stop(syscall.SIGTERM, childStopTimeout)
 	os.RemoveAll(c.dir)
 }

@@ -1,6 +1,6 @@
 // Package outbox defines the delivery buffer: a log of (recipient, message)
 // rows that live delivery works through, reached only through linear
-// operations (see ARCHITECTURE.md "The outbox log, linear only").
+// operations (see docs/design.md, "Two stores with two jobs").
 //
 // A Log is split into partitions. Each partition is an append-only sequence
 // of rows addressed by a position that only grows: the BIGSERIAL id of the

@@ -9,8 +9,9 @@
 // index), Start listens, Shutdown drains (refuses new sends, finishes the
 // commits in flight, closes sockets with 1001) and releases everything.
 //
-// Each WebSocket connection is a session with one reader, one writer and one
-// pinger goroutine and a bounded outbound queue. The session enforces the
+// Each WebSocket connection is a session with one reader and one writer
+// goroutine, pings on timers (a goroutine exists only while a ping waits
+// for its pong) and a bounded outbound queue. The session enforces the
 // client's side of the bargain: credits (maxInFlightSends unanswered sends),
 // a send rate (golang.org/x/time/rate), the body limit, and a cap on bad
 // frames (close 1008). Errors are mapped to the contract's codes in one

@@ -65,7 +65,7 @@ func (h *commitHealth) check(now time.Time) string {
 // so the answer comes within ReadyTimeout even when a store hangs (its
 // backends stopped, its host stalled).
 func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
-	if s.draining.Load() {
+	if s.draining.Load() || s.unready.Load() {
 		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "draining"})
 		return
 	}

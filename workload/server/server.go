@@ -217,6 +217,9 @@ type Server struct {
 	httpSrv  *http.Server
 	ln       net.Listener
 	draining atomic.Bool
+	// unready makes /readyz fail while everything else is still served
+	// (Drain); draining also refuses new sockets (Shutdown).
+	unready atomic.Bool
 
 	connMu   sync.Mutex
 	conns    int
@@ -323,7 +326,7 @@ func (s *Server) openStores(ctx context.Context) error {
 	store := s.cfg.Store
 	kafkaMode := s.cfg.Outbox != ""
 	if kafkaMode && !strings.HasPrefix(s.cfg.Outbox, "kafka://") {
-		return fmt.Errorf("server: --outbox %q: supported: \"\" (in the store, default) or kafka://host:port[,host:port]/topic", redact(s.cfg.Outbox))
+		return fmt.Errorf("server: --outbox %q: supported: \"\" (in the store, default) or kafka://host:port[,host:port]/topic", config.RedactURL(s.cfg.Outbox))
 	}
 	var kcfg kafka.Config
 	if kafkaMode {
@@ -357,11 +360,11 @@ func (s *Server) openStores(ctx context.Context) error {
 		pcfg.Outbox = !kafkaMode
 		db, err := postgres.Open(ctx, pcfg)
 		if err != nil {
-			return fmt.Errorf("server: PostgreSQL store unreachable or unusable at %s: %w", redact(store), err)
+			return fmt.Errorf("server: PostgreSQL store unreachable or unusable at %s: %w", config.RedactURL(store), err)
 		}
 		s.store, s.outbox, s.closer, s.storeKind, s.feed = db, db, db.Close, "postgres", db
 	default:
-		return fmt.Errorf("server: --store %q: supported: sqlite (default, in --data), sqlite:///path.db, postgres://user@host:5432/db", redact(store))
+		return fmt.Errorf("server: --store %q: supported: sqlite (default, in --data), sqlite:///path.db, postgres://user@host:5432/db", config.RedactURL(store))
 	}
 	s.outboxKind = s.storeKind
 	if kafkaMode {
@@ -390,7 +393,7 @@ func (s *Server) openStores(ctx context.Context) error {
 				opt, err := goredis.ParseURL(u)
 				if err != nil {
 					closeStore()
-					return fmt.Errorf("server: --index-sentinel-master-url %s: want redis://[user:password@]host[:port][/db] or rediss://...: %w", redact(u), err)
+					return fmt.Errorf("server: --index-sentinel-master-url %s: want redis://[user:password@]host[:port][/db] or rediss://...: %w", config.RedactURL(u), err)
 				}
 				rcfg.Username, rcfg.Password, rcfg.DB, rcfg.TLS = opt.Username, opt.Password, opt.DB, opt.TLSConfig
 			}
@@ -398,13 +401,13 @@ func (s *Server) openStores(ctx context.Context) error {
 		ri, err := redisidx.New(ctx, rcfg)
 		if err != nil {
 			closeStore()
-			return fmt.Errorf("server: Redis index unreachable or unusable at %s: %w", redact(idx), err)
+			return fmt.Errorf("server: Redis index unreachable or unusable at %s: %w", config.RedactURL(idx), err)
 		}
 		s.index, s.indexKind = ri, "redis"
 		s.closer = func() error { return errors.Join(ri.Close(), closeStore()) }
 	default:
 		closeStore()
-		return fmt.Errorf("server: --index %q: supported: memory (default), redis://host:6379/0, rediss://..., sentinel (with --index-sentinel-addrs and --index-sentinel-master)", redact(idx))
+		return fmt.Errorf("server: --index %q: supported: memory (default), redis://host:6379/0, rediss://..., sentinel (with --index-sentinel-addrs and --index-sentinel-master)", config.RedactURL(idx))
 	}
 	if db, ok := s.store.(*postgres.DB); ok {
 		if err := s.lockInstance(ctx, db); err != nil {
@@ -436,13 +439,13 @@ func (s *Server) lockInstance(ctx context.Context, db *postgres.DB) error {
 	release, err := db.LockInstance(ctx, exclusive, prefix)
 	switch {
 	case errors.Is(err, postgres.ErrOtherNamespace):
-		return fmt.Errorf("server: another tetra process uses the PostgreSQL database at %s with a different --index-prefix; every process on one database must share one Redis and one --index-prefix (%q here), or their GCs delete rows each other's clients have not acknowledged", redact(s.cfg.Store), prefix)
+		return fmt.Errorf("server: another tetra process uses the PostgreSQL database at %s with a different --index-prefix; every process on one database must share one Redis and one --index-prefix (%q here), or their GCs delete rows each other's clients have not acknowledged", config.RedactURL(s.cfg.Store), prefix)
 	case errors.Is(err, postgres.ErrInstanceLocked) && exclusive:
-		return fmt.Errorf("server: another tetra process already uses the PostgreSQL database at %s; with the in-process index (--index memory) a database serves one process only: stop the other one, or run every process with a shared --index redis://host:6379/0", redact(s.cfg.Store))
+		return fmt.Errorf("server: another tetra process already uses the PostgreSQL database at %s; with the in-process index (--index memory) a database serves one process only: stop the other one, or run every process with a shared --index redis://host:6379/0", config.RedactURL(s.cfg.Store))
 	case errors.Is(err, postgres.ErrInstanceLocked):
-		return fmt.Errorf("server: a tetra process with the in-process index (--index memory) already uses the PostgreSQL database at %s and must be the only one; stop it, or give it --index redis:// too", redact(s.cfg.Store))
+		return fmt.Errorf("server: a tetra process with the in-process index (--index memory) already uses the PostgreSQL database at %s and must be the only one; stop it, or give it --index redis:// too", config.RedactURL(s.cfg.Store))
 	case err != nil:
-		return fmt.Errorf("server: PostgreSQL store at %s: %w", redact(s.cfg.Store), err)
+		return fmt.Errorf("server: PostgreSQL store at %s: %w", config.RedactURL(s.cfg.Store), err)
 	}
 	closeRest := s.closer
 	s.closer = func() error { err := closeRest(); release(); return err }
@@ -476,7 +479,7 @@ func (s *Server) lockOwner(ctx context.Context, db *postgres.DB) error {
 	}
 	taken, release, err := db.LockOwner(ctx, prefix, ri.Owner(), ownerLockWait)
 	if err != nil {
-		return fmt.Errorf("server: PostgreSQL store at %s: %w", redact(s.cfg.Store), err)
+		return fmt.Errorf("server: PostgreSQL store at %s: %w", config.RedactURL(s.cfg.Store), err)
 	}
 	closeRest := s.closer
 	s.closer = func() error { err := closeRest(); release(); return err }
@@ -492,16 +495,6 @@ func (s *Server) lockOwner(ctx context.Context, db *postgres.DB) error {
 		s.log.Info("fleet: the previous process of this owner name is gone (its database session ended); took its owner record over", "owner", ri.Owner())
 	}
 	return nil
-}
-
-// redact drops the userinfo of a URL-like string for error messages.
-func redact(u string) string {
-	if i := strings.Index(u, "@"); i >= 0 {
-		if j := strings.Index(u, "://"); j >= 0 && j < i {
-			return u[:j+3] + "***" + u[i:]
-		}
-	}
-	return u
 }
 
 // Tuning returns the live tuning.
@@ -593,6 +586,26 @@ func (s *Server) URL() string {
 		host = "127.0.0.1"
 	}
 	return "http://" + net.JoinHostPort(host, port)
+}
+
+// Drain makes /readyz answer 503 {"status":"draining"} and returns after
+// d (or when ctx ends), while the server keeps serving every request and
+// socket as before, new ones included: a load balancer that still routes
+// here while it notices is served, not refused. Call it on SIGTERM before
+// Shutdown, which then closes the sockets with 1001. d <= 0 returns at
+// once (the server still reports not ready). Safe to call more than once.
+func (s *Server) Drain(ctx context.Context, d time.Duration) {
+	s.unready.Store(true)
+	if d <= 0 {
+		return
+	}
+	s.log.Info("draining: /readyz fails, still serving", "for", d.String())
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
 }
 
 // Shutdown stops accepting, commits what is in flight, closes every socket

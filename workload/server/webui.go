@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tetra-messenger/tetra/workload/config"
 	"github.com/tetra-messenger/tetra/workload/protocol"
 	"github.com/tetra-messenger/tetra/workload/web"
 )
@@ -38,13 +39,13 @@ func (c Config) CheckDemo() error {
 			"that every service holding that secret trusts); unset TETRA_JWT_SECRET or drop --demo")
 	}
 	if c.Store != "" && c.Store != "sqlite" && !strings.HasPrefix(c.Store, "sqlite://") {
-		why = append(why, "--demo runs on the embedded SQLite store only, not --store "+redact(c.Store))
+		why = append(why, "--demo runs on the embedded SQLite store only, not --store "+config.RedactURL(c.Store))
 	}
 	if c.Index != "" && c.Index != "memory" {
-		why = append(why, "--demo runs on the in-process index only, not --index "+redact(c.Index))
+		why = append(why, "--demo runs on the in-process index only, not --index "+config.RedactURL(c.Index))
 	}
 	if c.Outbox != "" {
-		why = append(why, "--demo runs on the embedded outbox only, not --outbox "+redact(c.Outbox))
+		why = append(why, "--demo runs on the embedded outbox only, not --outbox "+config.RedactURL(c.Outbox))
 	}
 	if len(why) == 0 {
 		return nil

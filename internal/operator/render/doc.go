@@ -14,4 +14,14 @@
 // of exactly those declared inputs, plus the referenced Secrets'
 // resourceVersions, is written on the pod template, so changing one, or
 // rotating a Secret, rolls the pods, and changing a hot setting does not.
+// The Redis key prefix is a cold setting too (KeyPrefix: unique per
+// Messenger by default); a change of it is rendered with the Recreate
+// strategy when the controller asks (Inputs.Recreate), since pods of two
+// prefixes may not share a database.
+//
+// The pod stops gracefully (a preStop sleep, the workload's drain, then its
+// shutdown, all within terminationGracePeriodSeconds), mounts no
+// ServiceAccount token, pulls its pinned image only when absent, and turns
+// the end of a failed run's log into its termination message, which the
+// controller quotes when the pod crash-loops.
 package render

@@ -37,6 +37,23 @@ const (
 	DefaultJWTKey = "secret"
 )
 
+// How a workload pod stops. The kubelet first runs the preStop sleep,
+// during which the pod, already terminating, leaves the Service's ready
+// endpoints and kube-proxy stops sending it new connections; then SIGTERM:
+// the workload fails /readyz and keeps serving for Drain (TETRA_DRAIN),
+// then closes its sockets with 1001 and commits what is in flight within
+// its shutdown grace (10 s). TerminationGracePeriodSeconds covers the
+// three with a margin, so a graceful stop is never cut by SIGKILL.
+const (
+	PreStopSleepSeconds           = 5
+	DrainSeconds                  = 3
+	TerminationGracePeriodSeconds = PreStopSleepSeconds + DrainSeconds + 10 + 12
+	// ProgressDeadlineSeconds: a rollout that makes no progress this long
+	// is marked ProgressDeadlineExceeded by the Deployment controller,
+	// which the operator reports as Degraded.
+	ProgressDeadlineSeconds = 300
+)
+
 // Labels set on every rendered object.
 const (
 	LabelName      = "app.kubernetes.io/name"
@@ -63,6 +80,11 @@ type Inputs struct {
 	// RedisEpochAnnotation: the Redis epoch of the last failover that had
 	// to be handled by restarting the pods.
 	RestartEpoch int64
+	// Recreate replaces the pods instead of rolling them, even with Redis:
+	// the controller sets it while the running pods use another Redis key
+	// prefix (pods of two prefixes may not share one database, and the
+	// workload refuses to start next to one).
+	Recreate bool
 }
 
 // Objects are the rendered children of a Messenger.
@@ -74,6 +96,8 @@ type Objects struct {
 	PDB *policyv1.PodDisruptionBudget
 	// ConfigHash is the hash written on the pod template.
 	ConfigHash string
+	// TuningHash is the hash of the ConfigMap's data (TuningHash).
+	TuningHash string
 }
 
 // Names of the children.
@@ -118,6 +142,44 @@ func SecretNames(m *tetrav1.Messenger) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// KeyPrefix is the Redis key prefix of m's pods: spec.redis.keyPrefix, or
+// "tetra:<namespace>/<name>:" (unique per Messenger: neither part may hold
+// '/' or ':'); "" without spec.redis.
+func KeyPrefix(m *tetrav1.Messenger) string {
+	if m.Spec.Redis == nil {
+		return ""
+	}
+	if p := m.Spec.Redis.KeyPrefix; p != "" {
+		return p
+	}
+	return "tetra:" + m.Namespace + "/" + m.Name + ":"
+}
+
+// PullPolicy is spec.imagePullPolicy, or IfNotPresent: the images are
+// pinned to a version, so a node that has one (pre-loaded, air-gapped)
+// runs it without asking a registry.
+func PullPolicy(m *tetrav1.Messenger) corev1.PullPolicy {
+	if m.Spec.ImagePullPolicy != "" {
+		return m.Spec.ImagePullPolicy
+	}
+	return corev1.PullIfNotPresent
+}
+
+// TuningHash hashes tuning ConfigMap data (quoted key=value lines, sorted by key):
+// 32 hex digits.
+func TuningHash(data map[string]string) string {
+	keys := make([]string, 0, len(data))
+	for k := range data {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	h := sha256.New()
+	for _, k := range keys {
+		fmt.Fprintf(h, "%q=%q\n", k, data[k])
+	}
+	return hex.EncodeToString(h.Sum(nil)[:16])
 }
 
 // SecretKey returns key, or def when key is empty.
@@ -196,6 +258,7 @@ func Env(m *tetrav1.Messenger) []corev1.EnvVar {
 		{Name: "TETRA_DATA_DIR", Value: DataDir},
 		{Name: "TETRA_TUNING_DIR", Value: TuningDir},
 		{Name: "TETRA_LOG_FORMAT", Value: "json"},
+		{Name: "TETRA_DRAIN", Value: strconv.Itoa(DrainSeconds) + "s"},
 		{Name: "TETRA_INBOUND_QUEUE", Value: strconv.Itoa(int(InboundQueue(m)))},
 		{Name: "TETRA_STORE", ValueFrom: fromSecret(m.Spec.PostgreSQL.SecretRef.Name, SecretKey(m.Spec.PostgreSQL.SecretRef.Key, DefaultURLKey))},
 		{Name: "TETRA_JWT_SECRET", ValueFrom: fromSecret(m.Spec.JWT.SecretRef.Name, SecretKey(m.Spec.JWT.SecretRef.Key, DefaultJWTKey))},
@@ -218,6 +281,7 @@ func Env(m *tetrav1.Messenger) []corev1.EnvVar {
 		} else {
 			env = append(env, corev1.EnvVar{Name: "TETRA_INDEX", ValueFrom: fromSecret(r.SecretRef.Name, SecretKey(r.SecretRef.Key, DefaultURLKey))})
 		}
+		env = append(env, corev1.EnvVar{Name: "TETRA_INDEX_PREFIX", Value: KeyPrefix(m)})
 	}
 	if Backend(m) == tetrav1.BackendKafka && m.Spec.Kafka != nil {
 		brokers := make([]string, len(m.Spec.Kafka.Brokers))
@@ -255,7 +319,7 @@ func ConfigHash(m *tetrav1.Messenger, in Inputs) string {
 		PullPolicy corev1.PullPolicy
 		Env        []corev1.EnvVar
 		Secrets    []secretVersion
-	}{Backend(m), Image(m, in.DefaultImage), m.Spec.ImagePullPolicy, Env(m), versions})
+	}{Backend(m), Image(m, in.DefaultImage), PullPolicy(m), Env(m), versions})
 	if err != nil { // plain structs of strings: cannot happen
 		panic(fmt.Sprintf("render: hash: %v", err))
 	}
@@ -285,6 +349,7 @@ func Render(m *tetrav1.Messenger, in Inputs) (Objects, error) {
 		ObjectMeta: meta(ConfigMapName(m)),
 		Data:       tuning.Render(),
 	}
+	tuningHash := TuningHash(cm.Data)
 
 	podAnnotations := map[string]string{
 		tetrav1.ConfigHashAnnotation: hash,
@@ -297,8 +362,9 @@ func Render(m *tetrav1.Messenger, in Inputs) (Objects, error) {
 	}
 	// Without Redis each pod has its own in-process index: two pods must
 	// never run at once, so replace instead of rolling.
+	// Nor may pods of two Redis key prefixes share one database (in.Recreate).
 	strategy := appsv1.DeploymentStrategy{Type: appsv1.RecreateDeploymentStrategyType}
-	if m.Spec.Redis != nil {
+	if m.Spec.Redis != nil && !in.Recreate {
 		strategy = appsv1.DeploymentStrategy{
 			Type: appsv1.RollingUpdateDeploymentStrategyType,
 			RollingUpdate: &appsv1.RollingUpdateDeployment{
@@ -320,14 +386,17 @@ func Render(m *tetrav1.Messenger, in Inputs) (Objects, error) {
 		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
 		ObjectMeta: meta(DeploymentName(m)),
 		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To(Replicas(m)),
-			Selector: &metav1.LabelSelector{MatchLabels: SelectorLabels(m)},
-			Strategy: strategy,
+			Replicas:                ptr.To(Replicas(m)),
+			Selector:                &metav1.LabelSelector{MatchLabels: SelectorLabels(m)},
+			Strategy:                strategy,
+			ProgressDeadlineSeconds: ptr.To(int32(ProgressDeadlineSeconds)),
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: Labels(m), Annotations: podAnnotations},
 				Spec: corev1.PodSpec{
-					EnableServiceLinks:            ptr.To(false),
-					TerminationGracePeriodSeconds: ptr.To(int64(30)),
+					EnableServiceLinks: ptr.To(false),
+					// The workload never calls the API server.
+					AutomountServiceAccountToken:  ptr.To(false),
+					TerminationGracePeriodSeconds: ptr.To(int64(TerminationGracePeriodSeconds)),
 					SecurityContext: &corev1.PodSecurityContext{
 						RunAsNonRoot:   ptr.To(true),
 						RunAsUser:      ptr.To(int64(RunAsUser)),
@@ -338,7 +407,7 @@ func Render(m *tetrav1.Messenger, in Inputs) (Objects, error) {
 					Containers: []corev1.Container{{
 						Name:            ContainerName,
 						Image:           image,
-						ImagePullPolicy: m.Spec.ImagePullPolicy,
+						ImagePullPolicy: PullPolicy(m),
 						Args:            []string{"serve"},
 						Env:             Env(m),
 						Ports: []corev1.ContainerPort{
@@ -346,7 +415,14 @@ func Render(m *tetrav1.Messenger, in Inputs) (Objects, error) {
 						},
 						LivenessProbe:  probe("/healthz", 3),
 						ReadinessProbe: probe("/readyz", 2),
-						Resources:      resources,
+						Lifecycle: &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{
+							Sleep: &corev1.SleepAction{Seconds: PreStopSleepSeconds},
+						}},
+						// The last log lines of a failed run become the
+						// termination message, which the operator quotes
+						// in Degraded (CrashLooping).
+						TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+						Resources:                resources,
 						VolumeMounts: []corev1.VolumeMount{
 							{Name: "tuning", MountPath: TuningDir, ReadOnly: true},
 							{Name: "data", MountPath: DataDir},
@@ -380,7 +456,7 @@ func Render(m *tetrav1.Messenger, in Inputs) (Objects, error) {
 		},
 	}
 
-	out := Objects{ConfigMap: cm, Deployment: dep, Service: svc, ConfigHash: hash}
+	out := Objects{ConfigMap: cm, Deployment: dep, Service: svc, ConfigHash: hash, TuningHash: tuningHash}
 	if Replicas(m) > 1 {
 		out.PDB = &policyv1.PodDisruptionBudget{
 			TypeMeta:   metav1.TypeMeta{APIVersion: "policy/v1", Kind: "PodDisruptionBudget"},

@@ -330,3 +330,92 @@ func sorted(s []string) []string {
 	sort.Strings(out)
 	return out
 }
+
+// The pod stops gracefully: a preStop sleep, the workload's drain and its
+// shutdown fit in the grace period; it mounts no ServiceAccount token; the
+// image is pulled only when absent; a failed run's log becomes the
+// termination message.
+func TestRenderPodLifecycle(t *testing.T) {
+	d := mustRender(t, base(), inputs()).Deployment
+	ps := d.Spec.Template.Spec
+	c := ps.Containers[0]
+	if c.Lifecycle == nil || c.Lifecycle.PreStop == nil || c.Lifecycle.PreStop.Sleep == nil ||
+		c.Lifecycle.PreStop.Sleep.Seconds != render.PreStopSleepSeconds || render.PreStopSleepSeconds < 3 {
+		t.Fatalf("preStop %+v", c.Lifecycle)
+	}
+	if got := env(d)["TETRA_DRAIN"].Value; got != "3s" {
+		t.Errorf("TETRA_DRAIN %q, want 3s", got)
+	}
+	const shutdownGrace = 10 // server.DefaultConfig().ShutdownGrace
+	if g := *ps.TerminationGracePeriodSeconds; g < render.PreStopSleepSeconds+render.DrainSeconds+shutdownGrace {
+		t.Errorf("terminationGracePeriodSeconds %d < preStop %d + drain %d + shutdown %d", g, render.PreStopSleepSeconds, render.DrainSeconds, shutdownGrace)
+	}
+	if ps.AutomountServiceAccountToken == nil || *ps.AutomountServiceAccountToken {
+		t.Error("the workload pod mounts a ServiceAccount token it never uses")
+	}
+	if c.ImagePullPolicy != corev1.PullIfNotPresent {
+		t.Errorf("pull policy %q, want IfNotPresent by default", c.ImagePullPolicy)
+	}
+	if c.TerminationMessagePolicy != corev1.TerminationMessageFallbackToLogsOnError {
+		t.Errorf("termination message policy %q", c.TerminationMessagePolicy)
+	}
+	if d.Spec.ProgressDeadlineSeconds == nil || *d.Spec.ProgressDeadlineSeconds != render.ProgressDeadlineSeconds {
+		t.Errorf("progressDeadlineSeconds %v", d.Spec.ProgressDeadlineSeconds)
+	}
+	m := base()
+	m.Spec.ImagePullPolicy = corev1.PullAlways
+	if got := mustRender(t, m, inputs()).Deployment.Spec.Template.Spec.Containers[0].ImagePullPolicy; got != corev1.PullAlways {
+		t.Errorf("spec.imagePullPolicy Always rendered as %q", got)
+	}
+}
+
+// The Redis key prefix: derived from namespace and name unless set, in the
+// environment (so a change rolls), and never shared by two Messengers.
+func TestRenderKeyPrefix(t *testing.T) {
+	m := base()
+	if _, ok := env(mustRender(t, m, inputs()).Deployment)["TETRA_INDEX_PREFIX"]; ok || render.KeyPrefix(m) != "" {
+		t.Error("a key prefix without Redis")
+	}
+	m.Spec.Redis = &tetrav1.RedisSpec{SecretRef: tetrav1.URLSecretRef{Name: "redis"}}
+	o := mustRender(t, m, inputs())
+	if got := env(o.Deployment)["TETRA_INDEX_PREFIX"].Value; got != "tetra:ns/chat:" {
+		t.Errorf("default prefix %q, want tetra:ns/chat:", got)
+	}
+	other := base()
+	other.Namespace, other.Name = "ns-chat", "x" // "tetra:ns-chat/x:" vs "tetra:ns/chat:"
+	other.Spec.Redis = m.Spec.Redis
+	a, b := render.KeyPrefix(m), render.KeyPrefix(other)
+	if strings.HasPrefix(a, b) || strings.HasPrefix(b, a) {
+		t.Errorf("prefixes %q and %q overlap", a, b)
+	}
+	m2 := m.DeepCopy()
+	m2.Spec.Redis.KeyPrefix = "shop:chat:"
+	o2 := mustRender(t, m2, inputs())
+	if got := env(o2.Deployment)["TETRA_INDEX_PREFIX"].Value; got != "shop:chat:" {
+		t.Errorf("spec.redis.keyPrefix rendered as %q", got)
+	}
+	if o2.ConfigHash == o.ConfigHash {
+		t.Error("a key prefix change does not change the config hash (would not roll)")
+	}
+	if o.Deployment.Spec.Strategy.Type != appsv1.RollingUpdateDeploymentStrategyType {
+		t.Errorf("strategy %s with Redis", o.Deployment.Spec.Strategy.Type)
+	}
+	in := inputs()
+	in.Recreate = true
+	if d := mustRender(t, m2, in).Deployment; d.Spec.Strategy.Type != appsv1.RecreateDeploymentStrategyType || d.Spec.Strategy.RollingUpdate != nil {
+		t.Errorf("Recreate input rendered %+v", d.Spec.Strategy)
+	}
+}
+
+func TestTuningHash(t *testing.T) {
+	a := render.TuningHash(map[string]string{"lease": "10s", "maxPending": "20"})
+	if a != render.TuningHash(map[string]string{"maxPending": "20", "lease": "10s"}) || len(a) != 32 {
+		t.Fatalf("hash %q not deterministic", a)
+	}
+	if a == render.TuningHash(map[string]string{"lease": "10s", "maxPending": "21"}) {
+		t.Fatal("a value change keeps the hash")
+	}
+	if render.TuningHash(map[string]string{"a": "b=c"}) == render.TuningHash(map[string]string{"a=b": "c"}) {
+		t.Fatal("ambiguous encoding")
+	}
+}

@@ -196,7 +196,7 @@ func serverFlags(fs *flag.FlagSet, listen bool) func() (server.Config, error) {
 }
 
 func serve(args []string, stderr io.Writer) error {
-	cfg, log, err := serveConfig(args, stderr)
+	cfg, log, drain, err := serveConfig(args, stderr)
 	if err != nil {
 		return err
 	}
@@ -216,6 +216,10 @@ func serve(args []string, stderr io.Writer) error {
 		return errLogged
 	}
 	<-ctx.Done()
+	stop() // a second signal ends the drain early
+	second, cancelSecond := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	srv.Drain(second, drain)
+	cancelSecond()
 	log.Info("shutting down")
 	sctx, cancel := context.WithTimeout(context.Background(), 25*time.Second)
 	defer cancel()
@@ -231,19 +235,22 @@ func serve(args []string, stderr io.Writer) error {
 var errLogged = errors.New("logged")
 
 // serveConfig parses serve's flags and environment into the server's
-// configuration and its logger (Config.Logger); it starts nothing.
-func serveConfig(args []string, stderr io.Writer) (server.Config, *slog.Logger, error) {
+// configuration, its logger (Config.Logger) and the drain (--drain); it
+// starts nothing.
+func serveConfig(args []string, stderr io.Writer) (server.Config, *slog.Logger, time.Duration, error) {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = usageWithEnv(fs, "tetra serve [flags]   (TETRA_JWT_SECRET: token secret, env only)", "demo")
 	build := serverFlags(fs, true)
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
+	drain := fs.Duration("drain", 3*time.Second, "on SIGTERM, fail /readyz but keep serving this long before closing sockets (1001),\n"+
+		"so a load balancer stops routing here first; 0 closes at once")
 	demo := fs.Bool("demo", false, "demo mode: the web page signs in as alice, bob or carol (POST /demo/token mints tokens for anyone);\n"+
 		"embedded default only, refused with TETRA_JWT_SECRET; listens on "+demoAddr(server.DefaultConfig().Addr)+" (loopback only)\n"+
 		"unless --addr or TETRA_ADDR says otherwise; command line only (no environment variable)")
 	if err := fs.Parse(args); err != nil {
-		return server.Config{}, nil, err
+		return server.Config{}, nil, 0, err
 	}
 	addrGiven := false
 	fs.Visit(func(f *flag.Flag) { addrGiven = addrGiven || f.Name == "addr" })
@@ -252,19 +259,22 @@ func serveConfig(args []string, stderr io.Writer) (server.Config, *slog.Logger, 
 	}
 	demoGiven := *demo // --demo is never taken from the environment
 	if err := envDefaults(fs); err != nil {
-		return server.Config{}, nil, err
+		return server.Config{}, nil, 0, err
 	}
 	*demo = demoGiven
 	log, err := newLogger(*logFormat, *logLevel, stderr)
 	if err != nil {
-		return server.Config{}, nil, err
+		return server.Config{}, nil, 0, err
 	}
 	cfg, err := build()
 	if err != nil {
-		return server.Config{}, nil, err
+		return server.Config{}, nil, 0, err
 	}
 	cfg.Logger = log
 	cfg.Demo = *demo
+	if *drain < 0 {
+		return server.Config{}, nil, 0, fmt.Errorf("--drain must be >= 0 (0: close at once), got %v", *drain)
+	}
 	if cfg.Demo && !addrGiven {
 		// The demo mints tokens for anyone who can reach it: by default
 		// only this machine can.
@@ -275,9 +285,9 @@ func serveConfig(args []string, stderr io.Writer) (server.Config, *slog.Logger, 
 		log.Warn("TETRA_DEMO is ignored: the demo is turned on by the --demo flag only")
 	}
 	if err := cfg.CheckDemo(); err != nil {
-		return server.Config{}, nil, err
+		return server.Config{}, nil, 0, err
 	}
-	return cfg, log, nil
+	return cfg, log, *drain, nil
 }
 
 // demoAddr is addr with its host replaced by the IPv4 loopback address

@@ -109,7 +109,7 @@ func TestServeDemoDefaultsToLoopback(t *testing.T) {
 				t.Setenv("TETRA_ADDR", tc.env)
 			}
 			var errb bytes.Buffer
-			cfg, _, err := serveConfig(append([]string{"--data", t.TempDir()}, tc.args...), &errb)
+			cfg, _, _, err := serveConfig(append([]string{"--data", t.TempDir()}, tc.args...), &errb)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -14,6 +13,7 @@ import (
 	"github.com/oklog/ulid/v2"
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/tetra-messenger/tetra/workload/config"
 	"github.com/tetra-messenger/tetra/workload/waterline"
 )
 
@@ -101,7 +101,7 @@ func (c Config) validate() error {
 	}
 	if c.URL != "" {
 		if _, err := goredis.ParseURL(c.URL); err != nil {
-			return fmt.Errorf("redis: config: URL %s: %w", redactURL(c.URL), err)
+			return fmt.Errorf("redis: config: URL %s: %w", config.RedactURL(c.URL), err)
 		}
 		if c.MasterName != "" || c.Username != "" || c.Password != "" || c.SentinelUsername != "" ||
 			c.SentinelPassword != "" || c.DB != 0 || c.TLS != nil {
@@ -132,18 +132,9 @@ func (c Config) validate() error {
 // where names the server for errors, without credentials.
 func (c Config) where() string {
 	if c.URL != "" {
-		return redactURL(c.URL)
+		return config.RedactURL(c.URL)
 	}
 	return fmt.Sprintf("master %q via sentinels %s", c.MasterName, strings.Join(c.SentinelAddrs, ","))
-}
-
-// redactURL hides the password of a URL.
-func redactURL(s string) string {
-	u, err := url.Parse(s)
-	if err != nil {
-		return "(unparsable URL)"
-	}
-	return u.Redacted()
 }
 
 // Index is a waterline.Index kept in Redis. It is safe for concurrent use;
@@ -181,7 +172,7 @@ func New(ctx context.Context, cfg Config) (*Index, error) {
 	if cfg.URL != "" {
 		opt, err := goredis.ParseURL(cfg.URL)
 		if err != nil {
-			return nil, fmt.Errorf("redis: config: URL %s: %w", redactURL(cfg.URL), err)
+			return nil, fmt.Errorf("redis: config: URL %s: %w", config.RedactURL(cfg.URL), err)
 		}
 		opt.ContextTimeoutEnabled = true
 		rdb = goredis.NewClient(opt)

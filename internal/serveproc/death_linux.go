@@ -1,4 +1,4 @@
-package loadgen
+package serveproc
 
 import (
 	"os/exec"

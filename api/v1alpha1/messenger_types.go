@@ -299,6 +299,14 @@ type LimitsSpec struct {
 	// +kubebuilder:validation:Maximum=1000000
 	// +optional
 	SendsPerSecond int32 `json:"sendsPerSecond,omitempty"`
+	// FanoutPerSecond is each user's budget of outbox rows per second (a
+	// send costs one per member of its chat); a send over it is answered
+	// rate_limited. Default 2000.
+	// +kubebuilder:default=2000
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100000000
+	// +optional
+	FanoutPerSecond int32 `json:"fanoutPerSecond,omitempty"`
 }
 
 // MessengerSpec declares one messenger deployment.

@@ -18,7 +18,7 @@ var Keys = []string{
 	"lease", "maxDeliveryAttempts", "maxPending", "pendingTimeout", "reconnectGrace",
 	"pingInterval", "pingTimeout", "gcGrace", "gcInterval",
 	"outboxRetention", "historyRetention", "pollInterval", "pollBatch",
-	"maxBodyBytes", "maxInFlightSends", "sendsPerSecond",
+	"maxBodyBytes", "maxInFlightSends", "sendsPerSecond", "fanoutPerSecond",
 }
 
 func (t *Tuning) fields() map[string]any {
@@ -29,6 +29,7 @@ func (t *Tuning) fields() map[string]any {
 		"gcGrace": &t.GCGrace, "gcInterval": &t.GCInterval, "outboxRetention": &t.OutboxRetention,
 		"historyRetention": &t.HistoryRetention, "pollInterval": &t.PollInterval, "pollBatch": &t.PollBatch,
 		"maxBodyBytes": &t.MaxBodyBytes, "maxInFlightSends": &t.MaxInFlightSends, "sendsPerSecond": &t.SendsPerSecond,
+		"fanoutPerSecond": &t.FanoutPerSecond,
 	}
 }
 
@@ -71,14 +72,33 @@ func (t Tuning) Render() map[string]string {
 	return out
 }
 
-// LoadDir reads a mounted ConfigMap directory: each regular file whose name
-// is a key overrides that setting of base; hidden entries (the ..data
-// machinery of Kubernetes volumes) are ignored, and so are unknown names, so
-// a newer operator can add keys. The result is validated.
+// Loaded is what ReadDir found in a tuning directory.
+type Loaded struct {
+	// Tuning is base with every key file applied, validated.
+	Tuning Tuning
+	// Unknown names, sorted, the entries that are not hidden and name no
+	// key: ignored (a newer operator may add keys), but worth a warning,
+	// since a misspelt key ("maxPendng") changes nothing silently.
+	Unknown []string
+}
+
+// LoadDir is ReadDir without the unknown names.
 func LoadDir(dir string, base Tuning) (Tuning, error) {
+	l, err := ReadDir(dir, base)
+	return l.Tuning, err
+}
+
+// ReadDir reads a mounted ConfigMap directory: each regular file whose name
+// is a key overrides that setting of base; hidden entries (the ..data
+// machinery of Kubernetes volumes) are ignored, and so are unknown names,
+// which Loaded.Unknown lists. The result is validated. On any error (a
+// file that cannot be read, a malformed value, a tuning Validate refuses;
+// each names its key) Loaded.Tuning is base.
+func ReadDir(dir string, base Tuning) (Loaded, error) {
+	out := Loaded{Tuning: base}
 	entries, err := os.ReadDir(dir)
 	if err != nil {
-		return base, fmt.Errorf("config: read %s: %w", dir, err)
+		return out, fmt.Errorf("config: read %s: %w", dir, err)
 	}
 	t := base
 	known := map[string]bool{}
@@ -92,7 +112,11 @@ func LoadDir(dir string, base Tuning) (Tuning, error) {
 	}
 	sort.Strings(names)
 	for _, name := range names {
-		if strings.HasPrefix(name, ".") || !known[name] {
+		if strings.HasPrefix(name, ".") {
+			continue
+		}
+		if !known[name] {
+			out.Unknown = append(out.Unknown, name)
 			continue
 		}
 		b, err := os.ReadFile(filepath.Join(dir, name)) // follows the ..data symlinks
@@ -105,10 +129,30 @@ func LoadDir(dir string, base Tuning) (Tuning, error) {
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
-		return base, err
+		return out, err
 	}
 	if err := t.Validate(); err != nil {
-		return base, err
+		return out, err
 	}
-	return t, nil
+	out.Tuning = t
+	return out, nil
+}
+
+// Change is one setting that differs between two tunings, as Render
+// writes it.
+type Change struct {
+	Key, From, To string
+}
+
+// Diff lists the settings whose values differ from a to b, in the order of
+// Keys; empty when a == b.
+func Diff(a, b Tuning) []Change {
+	ra, rb := a.Render(), b.Render()
+	var out []Change
+	for _, k := range Keys {
+		if ra[k] != rb[k] {
+			out = append(out, Change{Key: k, From: ra[k], To: rb[k]})
+		}
+	}
+	return out
 }

@@ -3,6 +3,7 @@ package config
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -69,5 +70,33 @@ func TestLoadDirLikeAConfigMapVolume(t *testing.T) {
 	os.Symlink(filepath.Join("..data", "maxPending"), filepath.Join(dir, "maxPending"))
 	if _, err := LoadDir(dir, Default()); err == nil || !strings.Contains(err.Error(), "maxPending") {
 		t.Fatalf("a malformed value was accepted or not named: %v", err)
+	}
+}
+
+// Unknown names are listed (to be warned about), not applied, not errors.
+func TestReadDirListsUnknownNames(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "maxPending"), []byte("7"), 0o644)
+	os.WriteFile(filepath.Join(dir, "maxPendng"), []byte("9"), 0o644)
+	os.WriteFile(filepath.Join(dir, "README"), []byte("x"), 0o644)
+	os.WriteFile(filepath.Join(dir, ".hidden"), []byte("x"), 0o644)
+	l, err := ReadDir(dir, Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Tuning.MaxPending != 7 || !slices.Equal(l.Unknown, []string{"README", "maxPendng"}) {
+		t.Fatalf("maxPending %d, unknown %v; want 7 and [README maxPendng]", l.Tuning.MaxPending, l.Unknown)
+	}
+}
+
+func TestDiffNamesTheChangedKeys(t *testing.T) {
+	a, b := Default(), Default()
+	if d := Diff(a, b); len(d) != 0 {
+		t.Fatalf("Diff of equal tunings: %v", d)
+	}
+	b.PollBatch, b.Lease = 100, 20*time.Second
+	want := []Change{{"lease", "10s", "20s"}, {"pollBatch", "6000", "100"}}
+	if d := Diff(a, b); !slices.Equal(d, want) {
+		t.Fatalf("Diff = %v, want %v", d, want)
 	}
 }

@@ -61,6 +61,20 @@ type Tuning struct {
 	// SendsPerSecond is the per-connection send rate (token bucket with a
 	// burst of the same size). Default 50.
 	SendsPerSecond int
+	// FanoutPerSecond is each user's budget of outbox rows per second on
+	// one process, over all the user's connections: a send costs one row
+	// per member of its chat (the sender included), as many as it writes,
+	// capped at the burst, which is one second's worth, so a send to a
+	// chat larger than the budget still goes, alone in its second. A send
+	// over the budget is answered rate_limited and not stored; clients
+	// learn the value from hello.limits.fanoutPerSecond (issue 13, point
+	// 7: before, one connection wrote 50,000 rows in 0.3 s by sending to a
+	// 1,000-member group). Default 2000: four times the busiest scenario
+	// the load generator runs (groups of 10 at 50 sends/s, 500 rows/s), a
+	// whole 1,000-member group twice a second, and every test that lifts
+	// the send rate for direct chats (1,000 pipelined sends, 2,000 rows)
+	// inside one burst.
+	FanoutPerSecond int
 }
 
 // Default returns the paper's defaults.
@@ -82,6 +96,7 @@ func Default() Tuning {
 		MaxBodyBytes:        4096,
 		MaxInFlightSends:    64,
 		SendsPerSecond:      50,
+		FanoutPerSecond:     2000,
 	}
 }
 
@@ -110,6 +125,7 @@ func (t Tuning) Validate() error {
 		{"maxBodyBytes", int64(t.MaxBodyBytes), 1, 60000},
 		{"maxInFlightSends", int64(t.MaxInFlightSends), 1, 100000},
 		{"sendsPerSecond", int64(t.SendsPerSecond), 1, 1000000},
+		{"fanoutPerSecond", int64(t.FanoutPerSecond), 1, 100000000},
 	}
 	for _, c := range checks {
 		if c.v < c.lo || c.v > c.hi {
@@ -127,7 +143,7 @@ func (t Tuning) Validate() error {
 
 func isDuration(key string) bool {
 	switch key {
-	case "maxDeliveryAttempts", "maxPending", "pollBatch", "maxBodyBytes", "maxInFlightSends", "sendsPerSecond":
+	case "maxDeliveryAttempts", "maxPending", "pollBatch", "maxBodyBytes", "maxInFlightSends", "sendsPerSecond", "fanoutPerSecond":
 		return false
 	}
 	return true

@@ -142,6 +142,13 @@ type Store interface {
 	// (PROTOCOL.md §4). limit must be >= 1.
 	Page(ctx context.Context, chatID, sinceID string, limit int) (msgs []Message, hasMore bool, err error)
 
+	// MessageSeq reports whether messageID is a message of chatID in the
+	// retained history and, when it is, its Seq: ok is false for an id that
+	// is unknown, purged, of another chat or not storable text. One lookup
+	// on an index (read receipts are checked with it, PROTOCOL.md §3). err
+	// wraps ErrUnavailable only.
+	MessageSeq(ctx context.Context, chatID, messageID string) (seq int64, ok bool, err error)
+
 	// SaveReads records read receipts (the latest messageId per (chat,
 	// user)) in one transaction.
 	SaveReads(ctx context.Context, reads []Read) error

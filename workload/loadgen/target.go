@@ -144,6 +144,7 @@ func TuningArgs(t config.Tuning) []string {
 		"--max-body=" + strconv.Itoa(t.MaxBodyBytes),
 		"--max-inflight=" + strconv.Itoa(t.MaxInFlightSends),
 		"--send-rate=" + strconv.Itoa(t.SendsPerSecond),
+		"--fanout-rate=" + strconv.Itoa(t.FanoutPerSecond),
 	}
 }
 

@@ -60,6 +60,7 @@ type Metrics struct {
 	reconnects   prometheus.Counter
 	readReceipts prometheus.Counter
 	readFailed   *prometheus.CounterVec
+	x            extra // http.go
 }
 
 // Reasons of tetra_read_receipts_failed_total.
@@ -71,6 +72,11 @@ const (
 	ReasonUnavailable = "unavailable"
 	// ReasonOverloaded: the read-receipt queue was full; never queued.
 	ReasonOverloaded = "overloaded"
+	// ReasonForbidden: the reader is not a member of the chat.
+	ReasonForbidden = "forbidden"
+	// ReasonNotFound: no such chat, or the messageId is not a message of
+	// the chat (PROTOCOL.md §3).
+	ReasonNotFound = "not_found"
 )
 
 // New builds the metrics with a scrape-time snapshot source.
@@ -93,7 +99,7 @@ func New(snapshot func(ctx context.Context) (Snapshot, error)) *Metrics {
 	m.connections = prometheus.NewCounter(prometheus.CounterOpts{Name: "tetra_connections_opened_total", Help: "WebSocket connections that completed hello."})
 	m.reconnects = prometheus.NewCounter(prometheus.CounterOpts{Name: "tetra_reconnects_total", Help: "Connections of a (user, device) this process had seen connected before."})
 	m.readReceipts = prometheus.NewCounter(prometheus.CounterOpts{Name: "tetra_read_receipts_total", Help: "Read receipts saved."})
-	m.readFailed = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tetra_read_receipts_failed_total", Help: "Read receipts dropped (their sender got an error frame), by reason: invalid (refused by the store; the rest of the batch was saved), unavailable (the store failed), overloaded (the queue was full)."}, []string{"reason"})
+	m.readFailed = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tetra_read_receipts_failed_total", Help: "Read receipts refused or dropped (their sender got an error frame), by reason: invalid (refused by the decoder or the store; the rest of the batch was saved), unavailable (the store failed), overloaded (the queue was full), forbidden (not a member), not_found (no such chat, or the messageId is no message of it)."}, []string{"reason"})
 	for _, c := range []prometheus.Collector{m.accepted, m.duplicates, m.shed, m.acceptLat, m.deliveryLat, m.batchSize, m.commitDur,
 		m.commitFail, m.connections, m.reconnects, m.readReceipts, m.readFailed} {
 		f(c)
@@ -104,12 +110,13 @@ func New(snapshot func(ctx context.Context) (Snapshot, error)) *Metrics {
 	for _, code := range []string{"invalid", "forbidden", "not_found", "too_large", "rate_limited", "credit_exhausted", "overloaded"} {
 		m.shed.WithLabelValues(code)
 	}
-	for _, r := range []string{ReasonInvalid, ReasonUnavailable, ReasonOverloaded} {
+	for _, r := range []string{ReasonInvalid, ReasonUnavailable, ReasonOverloaded, ReasonForbidden, ReasonNotFound} {
 		m.readFailed.WithLabelValues(r)
 	}
 	for _, path := range []string{"fast", "poll"} {
 		m.deliveryLat.WithLabelValues(path)
 	}
+	m.x = newExtra(reg)
 	f(collectors.NewGoCollector())
 	f(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	f(&scrape{snapshot: snapshot})

@@ -3,6 +3,7 @@ package metrics
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http/httptest"
 	"strings"
@@ -128,6 +129,13 @@ func TestLint(t *testing.T) {
 	m := New(func(context.Context) (Snapshot, error) {
 		return Snapshot{Relay: &RelaySnapshot{Active: true}, Outbox: []outbox.Stats{{Partition: 0, Depth: 1}}}, nil
 	})
+	lintTetra(t, m)
+}
+
+// lintTetra fails t for every Prometheus lint problem of a tetra_ metric
+// m exposes.
+func lintTetra(t *testing.T, m *Metrics) {
+	t.Helper()
 	problems, err := testutil.GatherAndLint(m.Registry())
 	if err != nil {
 		t.Fatal(err)
@@ -164,4 +172,38 @@ func TestLabelledSeriesExistFromTheStart(t *testing.T) {
 			t.Errorf("missing at start: %s", want)
 		}
 	}
+}
+
+// The series of issue 13, point 8: HTTP responses by route and code,
+// WebSocket closes by code (every listed code at 0 from the start), the
+// build; all lint clean.
+func TestRoutesClosesAndBuild(t *testing.T) {
+	m := New(func(context.Context) (Snapshot, error) { return Snapshot{}, nil })
+	before := scrapeText(t, m)
+	for _, c := range CloseCodes {
+		if want := fmt.Sprintf(`tetra_websocket_closes_total{code="%d"} 0`, c); !strings.Contains(before, want) {
+			t.Errorf("missing at start: %s", want)
+		}
+	}
+	m.HTTPResponse("GET /api/chats", 200)
+	m.HTTPResponse("GET /api/chats", 200)
+	m.HTTPResponse(RouteUnmatched, 405)
+	m.WebSocketClosed(4001)
+	m.SetBuildInfo("postgres", "kafka", "redis")
+	m.SetBuildInfo("sqlite", "sqlite", "memory") // replaces, never two series
+	out := scrapeText(t, m)
+	for _, want := range []string{
+		`tetra_http_responses_total{code="200",route="GET /api/chats"} 2`,
+		`tetra_http_responses_total{code="405",route="unmatched"} 1`,
+		`tetra_websocket_closes_total{code="4001"} 1`,
+		`index="memory",outbox="sqlite",store="sqlite",version="`,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("exposition lacks %s:\n%s", want, grep(out, "tetra_build_info"))
+		}
+	}
+	if n := strings.Count(out, "\ntetra_build_info{"); n != 1 {
+		t.Errorf("%d tetra_build_info series, want 1", n)
+	}
+	lintTetra(t, m)
 }

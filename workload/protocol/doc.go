@@ -10,4 +10,7 @@
 // DecodeClient is the only way the server turns client bytes into frames. It
 // never panics, rejects unknown types and missing fields with an *Error whose
 // Code is one of the codes of PROTOCOL.md §3, and is fuzzed (FuzzDecodeClient).
+// Before encoding/json sees a frame, strict.go refuses what encoding/json
+// would quietly accept: keys in another letter case, duplicate keys, invalid
+// UTF-8 and unpaired UTF-16 surrogate escapes (docs/PROTOCOL.md, "Additions").
 package protocol

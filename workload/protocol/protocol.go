@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/tetra-messenger/tetra/workload/text"
@@ -64,6 +65,11 @@ type Limits struct {
 	// most message frames the server keeps unacknowledged on this
 	// connection; more are sent as acks free the window.
 	MaxPending int `json:"maxPending"`
+	// FanoutPerSecond is the user's budget of outbox rows per second, an
+	// addition to PROTOCOL.md §3: a send costs one row per member of its
+	// chat; one over the budget is answered rate_limited
+	// (config.Tuning.FanoutPerSecond).
+	FanoutPerSecond int `json:"fanoutPerSecond"`
 }
 
 // Hello is the first frame the server sends on every connection.
@@ -205,8 +211,12 @@ type ClientFrame struct {
 // CodeInvalid or CodeTooLarge; when the frame was a send whose correlationId
 // could be read, the error carries it so the answer can name it, and
 // FrameType names a known frame type. Ids and
-// bodies holding U+0000 are CodeInvalid (PROTOCOL.md §3; package text).
-// DecodeClient never panics, whatever the input.
+// bodies holding U+0000 are CodeInvalid (PROTOCOL.md §3; package text), and
+// so are (docs/PROTOCOL.md, "Additions"): a frame that is not valid UTF-8;
+// a key given twice, or in another letter case than PROTOCOL.md writes it
+// ("Body", "TYPE"); an unpaired UTF-16 surrogate escape ("\ud800") in any
+// string; a body of only whitespace (unicode.IsSpace). Unknown keys are
+// ignored. DecodeClient never panics, whatever the input.
 func DecodeClient(data []byte, maxBody int) (f ClientFrame, err error) {
 	var head struct {
 		Type          string `json:"type"`
@@ -239,6 +249,12 @@ func DecodeClient(data []byte, maxBody int) (f ClientFrame, err error) {
 		}
 		return ClientFrame{}, e
 	}
+	if se := checkFrame(data); se != nil {
+		if se.key == "" || strings.EqualFold(se.key, "correlationId") || strings.EqualFold(se.key, "type") {
+			corr = "" // the correlationId, or that this is a send, is in doubt: name none
+		}
+		return fail(CodeInvalid, "%s", se.msg)
+	}
 	switch head.Type {
 	case TypeSend:
 		var s Send
@@ -256,6 +272,8 @@ func DecodeClient(data []byte, maxBody int) (f ClientFrame, err error) {
 			return fail(CodeInvalid, "send: chatId must be 1..%d bytes of valid UTF-8 without U+0000", MaxIDLen)
 		case s.Body == "":
 			return fail(CodeInvalid, "send: body is required")
+		case strings.TrimSpace(s.Body) == "":
+			return fail(CodeInvalid, "send: body is blank: only whitespace")
 		case !text.Valid(s.Body):
 			return fail(CodeInvalid, "send: body must be valid UTF-8 without U+0000")
 		case maxBody > 0 && len(s.Body) > maxBody:

@@ -191,3 +191,62 @@ func TestDecodeErrorNamesTheFrameType(t *testing.T) {
 		}
 	}
 }
+
+// The rules encoding/json does not keep by itself (issue 13, point 7):
+// exact keys, no duplicates, valid UTF-8, no unpaired surrogate escapes,
+// no blank body. Before, each of these frames decoded: "Body" and "TYPE"
+// matched case-insensitively, the last duplicate won, and "k\ud800" and
+// "k\udbff" both became "k\uFFFD" (one idempotency key for two).
+func TestDecodeClientStrictness(t *testing.T) {
+	for _, tc := range []struct {
+		name, in string
+		corr     string // the correlationId the error names ("": none)
+	}{
+		{"a key in another case", `{"type":"send","chatId":"c","correlationId":"k","Body":"hi"}`, "k"},
+		{"the type key in capitals", `{"TYPE":"ping"}`, ""},
+		{"a key with U+017F folding to s", `{"type":"read","chatId":"c","meſſageId":"m"}`, ""},
+		{"correlationId in another case", `{"type":"send","chatId":"c","CorrelationId":"k","body":"hi"}`, ""},
+		{"a duplicate key", `{"type":"send","chatId":"c","correlationId":"k","body":"a","body":"b"}`, "k"},
+		{"a duplicate key spelt with an escape", `{"type":"send","chatId":"c","correlationId":"k","body":"a","b\u006fdy":"b"}`, "k"},
+		{"a duplicate type", `{"type":"ping","type":"ping"}`, ""},
+		{"a duplicate correlationId", `{"type":"send","chatId":"c","correlationId":"k","correlationId":"j","body":"a"}`, ""},
+		{"a lone high surrogate in a correlationId", `{"type":"send","chatId":"c","correlationId":"k\ud800","body":"a"}`, ""},
+		{"another lone high surrogate", `{"type":"send","chatId":"c","correlationId":"k\udbff","body":"a"}`, ""},
+		{"a lone low surrogate", `{"type":"send","chatId":"c","correlationId":"k\uDC00","body":"a"}`, ""},
+		{"a high surrogate before a non-surrogate", `{"type":"send","chatId":"c","correlationId":"k\ud800\u0041","body":"a"}`, ""},
+		{"two high surrogates", `{"type":"send","chatId":"c","correlationId":"k\ud800\ud800","body":"a"}`, ""},
+		{"a lone surrogate in a body", `{"type":"send","chatId":"c","correlationId":"k","body":"a\ud83d"}`, "k"},
+		{"a lone surrogate in an ack id", `{"type":"ack","messageIds":["a","\ud800"]}`, ""},
+		{"a lone surrogate in an unknown nested key", `{"type":"ping","x":{"y":["\udfff"]}}`, ""},
+		{"a lone surrogate in a key", `{"type":"ping","\ud800":1}`, ""},
+		{"invalid UTF-8 in a correlationId", "{\"type\":\"send\",\"chatId\":\"c\",\"correlationId\":\"k\xff\",\"body\":\"a\"}", ""},
+		{"invalid UTF-8 in a body", "{\"type\":\"send\",\"chatId\":\"c\",\"correlationId\":\"k\",\"body\":\"\xc3\x28\"}", ""},
+		{"a blank body", `{"type":"send","chatId":"c","correlationId":"k","body":" \t\n "}`, "k"},
+		{"a body of Unicode spaces", `{"type":"send","chatId":"c","correlationId":"k","body":"\u00a0\u3000\u2028"}`, "k"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := DecodeClient([]byte(tc.in), DefaultMaxBody)
+			pe, ok := err.(*Error)
+			if !ok || pe.Code != CodeInvalid || pe.CorrelationID != tc.corr || pe.Message == "" {
+				t.Fatalf("DecodeClient(%s) = %#v, want an invalid *Error naming correlationId %q", tc.in, err, tc.corr)
+			}
+		})
+	}
+	// What stays accepted: a surrogate pair, an escaped backslash before
+	// "ud800" (no escape at all), unknown keys, a body with text and
+	// spaces, keys spelt with escapes, nested duplicates under an unknown
+	// key (they are not decoded).
+	for in, check := range map[string]func(ClientFrame) bool{
+		`{"type":"send","chatId":"c","correlationId":"k\ud83d\ude00","body":"a"}`:  func(f ClientFrame) bool { return f.Send.CorrelationID == "k😀" },
+		`{"type":"send","chatId":"c","correlationId":"k\\ud800","body":"a"}`:       func(f ClientFrame) bool { return f.Send.CorrelationID == `k\ud800` },
+		`{"type":"send","chatId":"c","correlationId":"k","body":" hi ","extra":1}`: func(f ClientFrame) bool { return f.Send.Body == " hi " },
+		`{"t\u0079pe":"ping"}`: func(f ClientFrame) bool { return f.Ping != nil },
+		`{"type":"ack","messageIds":["a","b"],"x":{"k":1,"k":2}}`:       func(f ClientFrame) bool { return len(f.Ack.MessageIDs) == 2 },
+		` {"type" : "ping" , "n" : -1.5e3 , "b" : true , "z" : null } `: func(f ClientFrame) bool { return f.Ping != nil },
+	} {
+		f, err := DecodeClient([]byte(in), DefaultMaxBody)
+		if err != nil || !check(f) {
+			t.Errorf("DecodeClient(%s) = %+v, %v; want accepted", in, f, err)
+		}
+	}
+}

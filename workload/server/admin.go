@@ -20,9 +20,17 @@ type AdminStats struct {
 	InboundQueued int            `json:"inboundQueued"`
 }
 
+// adminOnly serves h to admin tokens only: a valid user token gets 403
+// forbidden (it is a token, just not enough), a missing or bad one 401
+// (PROTOCOL.md §1).
 func (s *Server) adminOnly(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if err := s.signer.VerifyAdmin(bearer(r)); err != nil {
+		tok := bearer(r)
+		if err := s.signer.VerifyAdmin(tok); err != nil {
+			if _, uerr := s.signer.Verify(tok); uerr == nil {
+				writeError(w, protocol.CodeForbidden, "an admin token is required (tetra token --admin); a user token is not enough")
+				return
+			}
 			writeError(w, protocol.CodeUnauthorized, "an admin token is required (tetra token --admin)")
 			return
 		}

@@ -36,12 +36,13 @@ func TestE2EAdminEndpoints(t *testing.T) {
 			_ = json.NewDecoder(resp.Body).Decode(&body)
 			return resp.StatusCode, body
 		}
-		for _, tok := range []string{"", e.token("alice")} {
-			if code, _ := do("POST", "/admin/rebuild", tok); code != http.StatusUnauthorized {
-				t.Errorf("rebuild with token %.10q: %d, want 401", tok, code)
+		// No token: 401; a user token: 403 (a token, not an admin one).
+		for tok, want := range map[string]int{"": http.StatusUnauthorized, e.token("alice"): http.StatusForbidden} {
+			if code, _ := do("POST", "/admin/rebuild", tok); code != want {
+				t.Errorf("rebuild with token %.10q: %d, want %d", tok, code, want)
 			}
-			if code, _ := do("GET", "/admin/stats", tok); code != http.StatusUnauthorized {
-				t.Errorf("stats with token %.10q: %d, want 401", tok, code)
+			if code, _ := do("GET", "/admin/stats", tok); code != want {
+				t.Errorf("stats with token %.10q: %d, want %d", tok, code, want)
 			}
 		}
 		// An admin token is not a user token either.
@@ -63,9 +64,9 @@ func TestE2EAdminEndpoints(t *testing.T) {
 			t.Fatalf("stats lacks outboxDepth: %v", body)
 		}
 		// Runtime profiles, behind the same admin token.
-		for _, tok := range []string{"", e.token("alice")} {
-			if code, _ := do("GET", "/debug/pprof/heap?debug=1", tok); code != http.StatusUnauthorized {
-				t.Errorf("pprof with token %.10q: %d, want 401", tok, code)
+		for tok, want := range map[string]int{"": http.StatusUnauthorized, e.token("alice"): http.StatusForbidden} {
+			if code, _ := do("GET", "/debug/pprof/heap?debug=1", tok); code != want {
+				t.Errorf("pprof with token %.10q: %d, want %d", tok, code, want)
 			}
 		}
 		req, _ := http.NewRequest("GET", e.srv.URL()+"/debug/pprof/heap?debug=1", nil)

@@ -57,10 +57,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("POST /admin/rebuild", s.adminOnly(s.handleAdminRebuild))
 	s.adminPageRoutes(mux) // operator page and GET /admin/series (admin_page.go)
 	s.webRoutes(mux)       // browser client and demo endpoints (webui.go)
-	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, protocol.CodeNotFound, "no such endpoint: "+r.Method+" "+r.URL.Path)
-	})
-	return recoverer(s, mux)
+	return s.front(mux)    // JSON 404 and 405 for what matches no pattern (front.go)
 }
 
 // recoverer turns a panic in a handler into a 500 and a log line instead of
@@ -104,11 +101,17 @@ func (s *Server) authed(h authedHandler) http.HandlerFunc {
 	}
 }
 
-// decodeBody reads a JSON object body into v, answering 400 itself.
+// decodeBody reads a JSON object body into v, answering itself when it
+// cannot: 413 too_large over maxRequestBody, else 400 invalid.
 func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxRequestBody))
-	if err != nil {
-		writeError(w, protocol.CodeInvalid, fmt.Sprintf("request body unreadable or over %d bytes", maxRequestBody))
+	var tooLarge *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooLarge):
+		writeError(w, protocol.CodeTooLarge, fmt.Sprintf("request body over %d bytes", maxRequestBody))
+		return false
+	case err != nil:
+		writeError(w, protocol.CodeInvalid, "request body unreadable")
 		return false
 	}
 	if err := json.Unmarshal(body, v); err != nil {
@@ -126,7 +129,7 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
 func validUserIDs(ids []string) error {
 	for _, id := range ids {
 		if err := auth.ValidUser(id); err != nil {
-			return fmt.Errorf("members: %v", err)
+			return fmt.Errorf("members: %s", clientMessage(err))
 		}
 	}
 	return nil
@@ -228,7 +231,7 @@ func (s *Server) handleAddMember(w http.ResponseWriter, r *http.Request, user st
 		return
 	}
 	if err := auth.ValidUser(req.UserID); err != nil {
-		writeError(w, protocol.CodeInvalid, "userId: "+err.Error())
+		writeError(w, protocol.CodeInvalid, "userId: "+clientMessage(err))
 		return
 	}
 	chat, err := s.store.AddMember(r.Context(), chatID, user, req.UserID)

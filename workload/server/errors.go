@@ -34,18 +34,22 @@ var sentinelPrefixes = []string{
 	history.ErrNotMember.Error() + ": ", text.ErrInvalid.Error() + ": ",
 }
 
-// clientMessage is err's text for a client: without the sentinel prefixes
-// (the code already says it), so "history: invalid: invalid text: body
-// contains U+0000" reads "body contains U+0000".
+// clientMessage is err's text for a client, in its terms: "not a member of
+// this chat" and "no such chat" for ErrNotMember and ErrNotFound (the store
+// names the user and chat the client sent), else the text without the
+// sentinel prefixes wherever wrapping put them (the code already says it),
+// so "history: invalid: invalid text: body contains U+0000" reads "body
+// contains U+0000" (issue 13, point 7).
 func clientMessage(err error) string {
+	switch {
+	case errors.Is(err, history.ErrNotMember):
+		return "not a member of this chat"
+	case errors.Is(err, history.ErrNotFound):
+		return "no such chat"
+	}
 	msg := err.Error()
-	for again := true; again; {
-		again = false
-		for _, p := range sentinelPrefixes {
-			if strings.HasPrefix(msg, p) {
-				msg, again = msg[len(p):], true
-			}
-		}
+	for _, p := range sentinelPrefixes {
+		msg = strings.ReplaceAll(msg, p, "")
 	}
 	return msg
 }
@@ -53,8 +57,12 @@ func clientMessage(err error) string {
 // statusOf maps a contract code to the HTTP status of PROTOCOL.md §2.
 func statusOf(code string) int {
 	switch code {
-	case protocol.CodeInvalid, protocol.CodeTooLarge:
+	case protocol.CodeInvalid:
 		return http.StatusBadRequest
+	case protocol.CodeTooLarge:
+		return http.StatusRequestEntityTooLarge
+	case codeMethodNotAllowed:
+		return http.StatusMethodNotAllowed
 	case protocol.CodeUnauthorized:
 		return http.StatusUnauthorized
 	case protocol.CodeForbidden:

@@ -224,6 +224,7 @@ type Server struct {
 	connMu   sync.Mutex
 	conns    int
 	perUser  map[string]int
+	fanout   fanoutBudgets // each user's outbox rows per second (fanout.go)
 	sessions sync.WaitGroup
 
 	bg       sync.WaitGroup
@@ -232,6 +233,7 @@ type Server struct {
 	stopErr  error
 
 	tuningReloads atomic.Int64
+	tuningUnknown string // the unknown tuning file names last warned about (tuning.go)
 
 	commits commitHealth // recent group-commit outcomes, for /readyz
 }
@@ -277,6 +279,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		}
 		return snap, err
 	})
+	s.metrics.SetBuildInfo(s.storeKind, s.outboxKind, s.indexKind)
 	dcfg := cfg.Delivery
 	dcfg.OnDelivered = s.metrics.Delivered
 	s.engine, err = delivery.New(s.outbox, s.index, s.Tuning, dcfg, log)
@@ -541,8 +544,7 @@ func (s *Server) Start(ctx context.Context) error {
 	s.bg.Add(1)
 	go s.retentionLoop(bgctx)
 	if s.cfg.TuningDir != "" {
-		s.bg.Add(1)
-		go s.watchTuning(bgctx)
+		s.startTuningWatch(bgctx)
 	}
 
 	ln, err := net.Listen("tcp", s.cfg.Addr)
@@ -725,10 +727,11 @@ func (s *Server) broadcastReads(reads []history.Read) {
 // (there is no removal), so a cached member list can only lack members
 // added since; it never grants access that does not exist.
 type chatCache struct {
-	store history.Store
-	ttl   time.Duration
-	mu    sync.Mutex
-	m     map[string]cachedChat
+	store     history.Store
+	ttl       time.Duration
+	mu        sync.Mutex
+	m         map[string]cachedChat
+	downUntil time.Time // a member lookup failed: size fails at once until then (fanout.go)
 }
 
 type cachedChat struct {

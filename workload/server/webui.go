@@ -77,9 +77,6 @@ func (s *Server) webRoutes(mux *http.ServeMux) {
 	mux.Handle("GET /static/", h)
 	mux.HandleFunc("GET /demo/users", s.handleDemoUsers)
 	mux.HandleFunc("POST /demo/token", s.handleDemoToken)
-	mux.HandleFunc("/demo/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, protocol.CodeNotFound, "no such endpoint: "+r.Method+" "+r.URL.Path)
-	})
 }
 
 func (s *Server) handleDemoUsers(w http.ResponseWriter, r *http.Request) {

@@ -13,6 +13,7 @@ import (
 	"github.com/oklog/ulid/v2"
 	"golang.org/x/time/rate"
 
+	"github.com/tetra-messenger/tetra/workload/config"
 	"github.com/tetra-messenger/tetra/workload/delivery"
 	"github.com/tetra-messenger/tetra/workload/history"
 	"github.com/tetra-messenger/tetra/workload/ingest"
@@ -65,6 +66,8 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer s.release(user)
+	fanout := s.fanout.acquire(user, s.Tuning().FanoutPerSecond)
+	defer s.fanout.release(user)
 	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{OriginPatterns: s.cfg.AllowedOrigins})
 	if err != nil {
 		return // Accept answered the client already
@@ -72,7 +75,7 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 	s.sessions.Add(1)
 	defer s.sessions.Done()
 	sess := newSession(s, c, user, device)
-	sess.exp = exp
+	sess.exp, sess.fanout = exp, fanout
 	sess.run()
 }
 
@@ -118,6 +121,7 @@ type session struct {
 	member   *delivery.Member
 	inflight atomic.Int32
 	limiter  *rate.Limiter
+	fanout   *rate.Limiter // the user's outbox rows per second, shared by its connections (fanout.go)
 	bad      int
 
 	// The token's expiry (PROTOCOL.md §1): zero for a token without exp;
@@ -248,7 +252,7 @@ func (c *session) run() {
 	c.send(protocol.Hello{Type: protocol.TypeHello, UserID: c.user, Device: c.device, ConnectionID: c.id,
 		Limits: protocol.Limits{MaxBodyBytes: t.MaxBodyBytes, MaxInFlightSends: t.MaxInFlightSends,
 			SendsPerSecond: t.SendsPerSecond, PingIntervalMs: int(t.PingInterval / time.Millisecond),
-			MaxPending: t.MaxPending}})
+			MaxPending: t.MaxPending, FanoutPerSecond: t.FanoutPerSecond}})
 	rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
 	m, err := s.engine.Register(rctx, c)
 	rcancel()
@@ -291,6 +295,7 @@ func (c *session) writer(ctx context.Context) {
 		case f := <-c.out:
 			if !write(f) {
 				c.Close(int(websocket.StatusGoingAway), "write failed")
+				c.srv.metrics.WebSocketClosed(1006) // dropped without a close frame
 				c.ws.CloseNow()
 				return
 			}
@@ -307,6 +312,9 @@ func (c *session) writer(ctx context.Context) {
 					break flush
 				}
 			}
+			// Counted before the close frame goes, so a client that saw it
+			// finds it counted.
+			c.srv.metrics.WebSocketClosed(int(c.closeCode.Load()))
 			why, _ := c.closeWhy.Load().(string)
 			done := make(chan struct{})
 			go func() {
@@ -387,6 +395,11 @@ func (c *session) reader(ctx context.Context) {
 	for {
 		typ, data, err := c.ws.Read(rctx)
 		if err != nil {
+			if errors.Is(err, websocket.ErrMessageTooBig) {
+				// The library has sent its close frame already; this
+				// records the code.
+				c.Close(protocol.CloseTooBig, "frame over the transport limit")
+			}
 			return
 		}
 		select {
@@ -430,7 +443,7 @@ func (c *session) handle(ctx context.Context, data []byte) {
 	c.bad = 0
 	switch {
 	case f.Send != nil:
-		c.handleSend(f.Send, t.MaxInFlightSends, t.SendsPerSecond)
+		c.handleSend(ctx, f.Send, t)
 	case f.Ack != nil:
 		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		if err := c.srv.engine.Ack(actx, c.member, f.Ack.MessageIDs); err != nil {
@@ -485,7 +498,8 @@ func (c *session) handleRefresh(r *protocol.Refresh) {
 	c.send(ans)
 }
 
-func (c *session) handleSend(m *protocol.Send, credits, perSecond int) {
+func (c *session) handleSend(ctx context.Context, m *protocol.Send, t config.Tuning) {
+	credits, perSecond := t.MaxInFlightSends, t.SendsPerSecond
 	if int(c.inflight.Load()) >= credits {
 		c.sendError(m.CorrelationID, protocol.CodeCreditExhausted, "too many sends awaiting an answer (maxInFlightSends)")
 		return
@@ -496,6 +510,10 @@ func (c *session) handleSend(m *protocol.Send, credits, perSecond int) {
 	}
 	if !c.limiter.Allow() {
 		c.sendError(m.CorrelationID, protocol.CodeRateLimited, "send rate over sendsPerSecond")
+		return
+	}
+	if code, msg := c.chargeFanout(ctx, m.ChatID, t.FanoutPerSecond); code != "" {
+		c.sendError(m.CorrelationID, code, msg)
 		return
 	}
 	c.inflight.Add(1)
@@ -514,6 +532,7 @@ func (c *session) handleSend(m *protocol.Send, credits, perSecond int) {
 			case res.Err != nil:
 				c.sendError(corr, codeOf(res.Err), clientMessage(res.Err))
 			default:
+				c.srv.chats.noteMembers(res.Message.ChatID, res.Members)
 				c.srv.metrics.Accepted(time.Since(read), res.Duplicate)
 				c.send(protocol.Accepted{Type: protocol.TypeAccepted, CorrelationID: corr,
 					MessageID: res.Message.ID, ChatID: res.Message.ChatID, SentAt: res.Message.SentAt.UTC()})
@@ -529,16 +548,8 @@ func (c *session) handleSend(m *protocol.Send, credits, perSecond int) {
 func (c *session) handleRead(ctx context.Context, r *protocol.Read) {
 	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	ok, err := c.srv.chats.isMember(rctx, r.ChatID, c.user)
-	switch {
-	case errors.Is(err, history.ErrNotFound):
-		c.sendError("", protocol.CodeNotFound, "no such chat")
-		return
-	case err != nil:
-		c.sendError("", protocol.CodeOverloaded, "read receipt not stored")
-		return
-	case !ok:
-		c.sendError("", protocol.CodeForbidden, "not a member of this chat")
+	if _, code, msg := c.srv.readTarget(rctx, c.user, r.ChatID, r.MessageID); code != "" {
+		c.sendError("", code, msg)
 		return
 	}
 	rr := history.Read{ChatID: r.ChatID, UserID: c.user, MessageID: r.MessageID, At: time.Now().UTC()}

@@ -222,6 +222,7 @@ func Tuning(m *tetrav1.Messenger) (config.Tuning, error) {
 	num(&t.MaxBodyBytes, l.MaxBodyBytes)
 	num(&t.MaxInFlightSends, l.MaxInFlightSends)
 	num(&t.SendsPerSecond, l.SendsPerSecond)
+	num(&t.FanoutPerSecond, l.FanoutPerSecond)
 	if err := t.Validate(); err != nil {
 		return t, fmt.Errorf("render: tuning: %w", err)
 	}

@@ -220,12 +220,12 @@ func TestTuningFromSpec(t *testing.T) {
 		GCGrace: &metav1.Duration{Duration: 0},
 	}
 	m.Spec.Retention = tetrav1.RetentionSpec{History: &metav1.Duration{Duration: 48 * time.Hour}, OutboxBackstop: &metav1.Duration{Duration: 2 * time.Hour}}
-	m.Spec.Limits = tetrav1.LimitsSpec{MaxBodyBytes: 1000, SendsPerSecond: 9, InboundQueue: 100}
+	m.Spec.Limits = tetrav1.LimitsSpec{MaxBodyBytes: 1000, SendsPerSecond: 9, FanoutPerSecond: 300, InboundQueue: 100}
 	o := mustRender(t, m, inputs())
 	want := map[string]string{
 		"lease": "20s", "maxDeliveryAttempts": "5", "maxPending": "7", "pingTimeout": "30s", "gcGrace": "0s",
 		"historyRetention": "48h0m0s", "outboxRetention": "2h0m0s", "maxBodyBytes": "1000", "sendsPerSecond": "9",
-		"maxInFlightSends": "64",
+		"maxInFlightSends": "64", "fanoutPerSecond": "300",
 	}
 	for k, v := range want {
 		if o.ConfigMap.Data[k] != v {

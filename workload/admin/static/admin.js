@@ -126,6 +126,7 @@
       headers: { "Authorization": "Bearer " + tok }, cache: "no-store", credentials: "omit"
     }).then(function (resp) {
       if (resp.status === 401) { throw new Error("token refused (401): mint one with tetra token --admin"); }
+      if (resp.status === 403) { throw new Error("a user token is not enough (403): mint an admin token with tetra token --admin"); }
       if (!resp.ok) { throw new Error("GET /admin/series: HTTP " + resp.status); }
       return resp.json();
     }).then(render).catch(function (err) { status(String(err.message || err), true); });

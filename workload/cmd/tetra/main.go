@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"slices"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/tetra-messenger/tetra/workload/auth"
 	"github.com/tetra-messenger/tetra/workload/server"
+	redisidx "github.com/tetra-messenger/tetra/workload/waterline/redis"
 )
 
 func main() {
@@ -54,6 +56,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
+	}
+	if errors.Is(err, errLogged) {
+		return 1
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "tetra %s: %v\n", args[0], err)
@@ -166,6 +171,7 @@ func serverFlags(fs *flag.FlagSet, listen bool) func() (server.Config, error) {
 	fs.IntVar(&t.MaxBodyBytes, "max-body", t.MaxBodyBytes, "largest message body in bytes")
 	fs.IntVar(&t.MaxInFlightSends, "max-inflight", t.MaxInFlightSends, "per-connection credits: sends awaiting an answer")
 	fs.IntVar(&t.SendsPerSecond, "send-rate", t.SendsPerSecond, "per-connection sends per second")
+	fs.IntVar(&t.FanoutPerSecond, "fanout-rate", t.FanoutPerSecond, "per-user outbox rows per second: a send costs one per member of its chat; over it, rate_limited")
 	fs.IntVar(&cfg.Ingest.QueueSize, "inbound-queue", 8000, "inbound queue; beyond it sends are shed as overloaded")
 	fs.IntVar(&cfg.Ingest.BatchSize, "commit-batch", 36, "group commit: messages per transaction")
 	fs.DurationVar(&cfg.Ingest.BatchWait, "commit-wait", 5*time.Millisecond, "group commit: longest wait to fill a batch")
@@ -190,6 +196,48 @@ func serverFlags(fs *flag.FlagSet, listen bool) func() (server.Config, error) {
 }
 
 func serve(args []string, stderr io.Writer) error {
+	cfg, log, drain, err := serveConfig(args, stderr)
+	if err != nil {
+		return err
+	}
+	// Everything the process logs goes through log, in its format: the
+	// standard library's log package (slog.SetDefault routes it) and
+	// go-redis, which would otherwise print plain text on stderr.
+	slog.SetDefault(log)
+	redisidx.SetLibraryLogger(log)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	srv, err := server.New(ctx, cfg)
+	if err == nil {
+		err = srv.Start(ctx)
+	}
+	if err != nil {
+		log.Error("tetra serve: cannot start", "err", err)
+		return errLogged
+	}
+	<-ctx.Done()
+	stop() // a second signal ends the drain early
+	second, cancelSecond := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	srv.Drain(second, drain)
+	cancelSecond()
+	log.Info("shutting down")
+	sctx, cancel := context.WithTimeout(context.Background(), 25*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		log.Error("tetra serve: shutdown", "err", err)
+		return errLogged
+	}
+	return nil
+}
+
+// errLogged is returned by a command that has logged its error already (in
+// the log format asked for): run exits 1 without printing it again.
+var errLogged = errors.New("logged")
+
+// serveConfig parses serve's flags and environment into the server's
+// configuration, its logger (Config.Logger) and the drain (--drain); it
+// starts nothing.
+func serveConfig(args []string, stderr io.Writer) (server.Config, *slog.Logger, time.Duration, error) {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = usageWithEnv(fs, "tetra serve [flags]   (TETRA_JWT_SECRET: token secret, env only)", "demo")
@@ -199,52 +247,58 @@ func serve(args []string, stderr io.Writer) error {
 	drain := fs.Duration("drain", 3*time.Second, "on SIGTERM, fail /readyz but keep serving this long before closing sockets (1001),\n"+
 		"so a load balancer stops routing here first; 0 closes at once")
 	demo := fs.Bool("demo", false, "demo mode: the web page signs in as alice, bob or carol (POST /demo/token mints tokens for anyone);\n"+
-		"embedded default only, refused with TETRA_JWT_SECRET; command line only (no environment variable)")
+		"embedded default only, refused with TETRA_JWT_SECRET; listens on "+demoAddr(server.DefaultConfig().Addr)+" (loopback only)\n"+
+		"unless --addr or TETRA_ADDR says otherwise; command line only (no environment variable)")
 	if err := fs.Parse(args); err != nil {
-		return err
+		return server.Config{}, nil, 0, err
+	}
+	addrGiven := false
+	fs.Visit(func(f *flag.Flag) { addrGiven = addrGiven || f.Name == "addr" })
+	if _, ok := os.LookupEnv(envName("addr")); ok {
+		addrGiven = true
 	}
 	demoGiven := *demo // --demo is never taken from the environment
 	if err := envDefaults(fs); err != nil {
-		return err
+		return server.Config{}, nil, 0, err
 	}
 	*demo = demoGiven
 	log, err := newLogger(*logFormat, *logLevel, stderr)
 	if err != nil {
-		return err
+		return server.Config{}, nil, 0, err
 	}
 	cfg, err := build()
 	if err != nil {
-		return err
+		return server.Config{}, nil, 0, err
 	}
 	cfg.Logger = log
 	cfg.Demo = *demo
 	if *drain < 0 {
-		return fmt.Errorf("--drain must be >= 0 (0: close at once), got %v", *drain)
+		return server.Config{}, nil, 0, fmt.Errorf("--drain must be >= 0 (0: close at once), got %v", *drain)
+	}
+	if cfg.Demo && !addrGiven {
+		// The demo mints tokens for anyone who can reach it: by default
+		// only this machine can.
+		cfg.Addr = demoAddr(cfg.Addr)
+		log.Warn("demo mode listens on loopback only; give --addr (for example --addr :8080) to listen on other interfaces", "addr", cfg.Addr)
 	}
 	if _, ok := os.LookupEnv("TETRA_DEMO"); ok {
 		log.Warn("TETRA_DEMO is ignored: the demo is turned on by the --demo flag only")
 	}
 	if err := cfg.CheckDemo(); err != nil {
-		return err
+		return server.Config{}, nil, 0, err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	srv, err := server.New(ctx, cfg)
+	return cfg, log, *drain, nil
+}
+
+// demoAddr is addr with its host replaced by the IPv4 loopback address
+// (":8080" -> "127.0.0.1:8080"), where serve --demo listens unless an
+// address is given.
+func demoAddr(addr string) string {
+	_, port, err := net.SplitHostPort(addr)
 	if err != nil {
-		return err
+		port = "8080"
 	}
-	if err := srv.Start(ctx); err != nil {
-		return err
-	}
-	<-ctx.Done()
-	stop() // a second signal ends the drain early
-	second, cancelSecond := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	srv.Drain(second, *drain)
-	cancelSecond()
-	log.Info("shutting down")
-	sctx, cancel := context.WithTimeout(context.Background(), 25*time.Second)
-	defer cancel()
-	return srv.Shutdown(sctx)
+	return net.JoinHostPort("127.0.0.1", port)
 }
 
 func token(args []string, stdout, stderr io.Writer) error {
@@ -254,15 +308,20 @@ func token(args []string, stdout, stderr io.Writer) error {
 	user := fs.String("user", "", "user id (the token's sub); required")
 	dataDir := fs.String("data", "./data", "data directory whose persisted secret signs the token (ignored when TETRA_JWT_SECRET is set)")
 	ttl := fs.Duration("ttl", 0, "token lifetime (0: no exp)")
-	admin := fs.Bool("admin", false, "mint an admin token (for /admin endpoints) instead of a user token")
+	admin := fs.Bool("admin", false, "mint an admin token (for /admin endpoints) instead of a user token; refused with --user")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if err := envDefaults(fs); err != nil {
 		return err
 	}
-	if *user == "" && !*admin {
+	switch {
+	case *user == "" && !*admin:
 		return errors.New("--user is required (or --admin)")
+	case *user != "" && *admin:
+		// An admin token has no user (its sub is fixed): refuse rather than
+		// print a token that is not what --user asked for.
+		return fmt.Errorf("--admin and --user %q (or TETRA_USER) cannot be used together: an admin token has no user; drop one", *user)
 	}
 	if *ttl < 0 {
 		return fmt.Errorf("--ttl must be >= 0 (0: no expiry), got %v", *ttl)

@@ -2,8 +2,15 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/tetra-messenger/tetra/internal/testenv"
 )
 
 // Unreachable stores at start: exit non-zero with an error naming which and
@@ -44,5 +51,124 @@ func TestTokenPrintsOnlyTheToken(t *testing.T) {
 	tok := strings.TrimSpace(out.String())
 	if strings.Count(tok, ".") != 2 || strings.Contains(tok, " ") || strings.Count(out.String(), "\n") != 1 {
 		t.Fatalf("stdout is not exactly one JWT line: %q", out.String())
+	}
+}
+
+// An admin token has no user: --admin with --user (or TETRA_USER) is
+// refused naming both, and prints no token (issue 13, point 7). Before, the
+// --user was silently ignored and an admin token printed.
+func TestTokenRefusesAdminWithUser(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name string
+		args []string
+		env  string
+	}{
+		{"flag", []string{"token", "--admin", "--user", "x", "--data", dir}, ""},
+		{"environment", []string{"token", "--admin", "--data", dir}, "x"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.env != "" {
+				t.Setenv("TETRA_USER", tc.env)
+			}
+			var out, errb bytes.Buffer
+			code := run(tc.args, &out, &errb)
+			if code == 0 || out.Len() != 0 {
+				t.Fatalf("exit %d, stdout %q: want refused, no token", code, out.String())
+			}
+			if msg := errb.String(); !strings.Contains(msg, "--admin") || !strings.Contains(msg, "--user") {
+				t.Errorf("the error does not name --admin and --user: %q", msg)
+			}
+		})
+	}
+	var out, errb bytes.Buffer
+	if code := run([]string{"token", "--admin", "--data", dir}, &out, &errb); code != 0 || strings.Count(out.String(), ".") != 2 {
+		t.Errorf("--admin alone: exit %d, stdout %q, stderr %q", code, out.String(), errb.String())
+	}
+}
+
+// serve --demo mints tokens for anyone who asks, so without an explicit
+// address it listens on loopback only and says so; an explicit --addr (or
+// TETRA_ADDR) is kept, and without --demo the default stays all interfaces
+// (issue 13, point 7). Before, --demo listened on :8080.
+func TestServeDemoDefaultsToLoopback(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		args     []string
+		env      string
+		want     string
+		loopback bool // the log says the demo listens on loopback
+	}{
+		{"demo", []string{"--demo"}, "", "127.0.0.1:8080", true},
+		{"demo with --addr", []string{"--demo", "--addr", ":9000"}, "", ":9000", false},
+		{"demo with TETRA_ADDR", []string{"--demo"}, "0.0.0.0:9001", "0.0.0.0:9001", false},
+		{"no demo", nil, "", ":8080", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.env != "" {
+				t.Setenv("TETRA_ADDR", tc.env)
+			}
+			var errb bytes.Buffer
+			cfg, _, _, err := serveConfig(append([]string{"--data", t.TempDir()}, tc.args...), &errb)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cfg.Addr != tc.want {
+				t.Errorf("listen address %q, want %q", cfg.Addr, tc.want)
+			}
+			if said := strings.Contains(errb.String(), "loopback"); said != tc.loopback {
+				t.Errorf("log says loopback: %v, want %v:\n%s", said, tc.loopback, errb.String())
+			}
+		})
+	}
+	var errb bytes.Buffer
+	run([]string{"serve", "-h"}, io.Discard, &errb)
+	if !strings.Contains(errb.String(), "127.0.0.1") {
+		t.Errorf("serve -h does not say where --demo listens:\n%s", errb.String())
+	}
+}
+
+// runMainEnv makes the test binary run `tetra` itself (TestMain) with the
+// arguments it holds, separated by U+001F, so a test can watch the real
+// process's stderr: libraries that print on os.Stderr by themselves write
+// there, not to run's writer.
+const runMainEnv = "TETRA_TEST_RUN_MAIN"
+
+func TestMain(m *testing.M) {
+	if args, ok := os.LookupEnv(runMainEnv); ok {
+		os.Exit(run(strings.Split(args, "\x1f"), os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+// With --log-format json every line on stderr is one JSON object, the
+// libraries' own included: go-redis printed "redis: 2026/12/01 ...
+// pool.go:770: redis: connection pool: failed to dial ..." in plain text
+// while its Redis was unreachable, and the final error was plain text too
+// (issue 13, point 7).
+func TestServeJSONLogsAreAllJSON(t *testing.T) {
+	args := []string{"serve", "--addr", "127.0.0.1:0", "--data", t.TempDir(), "--log-format", "json",
+		"--index", "redis://" + testenv.FreeAddr(t) + "/0"}
+	cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), runMainEnv+"="+strings.Join(args, "\x1f"))
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err == nil {
+		t.Fatal("serve with an unreachable Redis exited 0")
+	}
+	lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
+	sawRedis, sawExit := false, false
+	for _, l := range lines {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(l), &rec); err != nil {
+			t.Errorf("not a JSON line: %q", l)
+			continue
+		}
+		msg, _ := rec["msg"].(string)
+		sawRedis = sawRedis || strings.Contains(msg, "connection pool")
+		sawExit = sawExit || (rec["level"] == "ERROR" && strings.Contains(fmt.Sprint(rec["err"]), "Redis index unreachable"))
+	}
+	if !sawRedis || !sawExit {
+		t.Errorf("want go-redis's dial failure and the exit error among the JSON lines (saw %v, %v):\n%s", sawRedis, sawExit, stderr.String())
 	}
 }

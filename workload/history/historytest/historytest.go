@@ -50,6 +50,7 @@ func Run(t *testing.T, newStore func(t *testing.T) history.Store) {
 		{"SentAtRoundTrip", testSentAtRoundTrip},
 		{"PurgeHistory", testPurgeHistory},
 		{"SaveReads", testSaveReads},
+		{"MessageSeq", testMessageSeq},
 		{"Ping", testPing},
 	}
 	for _, tc := range tests {

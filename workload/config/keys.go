@@ -11,37 +11,15 @@ import (
 	"time"
 )
 
-// Keys are the names of the tuning settings, as files in a mounted
-// ConfigMap directory (one file per key) and as rendered by the operator.
-// Durations use Go syntax ("10s", "26h"); counts are decimal integers.
-var Keys = []string{
-	"lease", "maxDeliveryAttempts", "maxPending", "pendingTimeout", "reconnectGrace",
-	"pingInterval", "pingTimeout", "gcGrace", "gcInterval",
-	"outboxRetention", "historyRetention", "pollInterval", "pollBatch",
-	"maxBodyBytes", "maxInFlightSends", "sendsPerSecond", "fanoutPerSecond",
-}
-
-func (t *Tuning) fields() map[string]any {
-	return map[string]any{
-		"lease": &t.Lease, "maxDeliveryAttempts": &t.MaxDeliveryAttempts, "maxPending": &t.MaxPending,
-		"pendingTimeout": &t.PendingTimeout,
-		"reconnectGrace": &t.ReconnectGrace, "pingInterval": &t.PingInterval, "pingTimeout": &t.PingTimeout,
-		"gcGrace": &t.GCGrace, "gcInterval": &t.GCInterval, "outboxRetention": &t.OutboxRetention,
-		"historyRetention": &t.HistoryRetention, "pollInterval": &t.PollInterval, "pollBatch": &t.PollBatch,
-		"maxBodyBytes": &t.MaxBodyBytes, "maxInFlightSends": &t.MaxInFlightSends, "sendsPerSecond": &t.SendsPerSecond,
-		"fanoutPerSecond": &t.FanoutPerSecond,
-	}
-}
-
 // Set parses value into the setting named key. Unknown keys and malformed
 // values are errors naming the key.
 func (t *Tuning) Set(key, value string) error {
-	f, ok := t.fields()[key]
+	k, ok := knob(key)
 	if !ok {
 		return fmt.Errorf("unknown tuning key %q (known: %s)", key, strings.Join(Keys, ", "))
 	}
 	value = strings.TrimSpace(value)
-	switch p := f.(type) {
+	switch p := k.field(t).(type) {
 	case *time.Duration:
 		d, err := time.ParseDuration(value)
 		if err != nil {
@@ -60,14 +38,9 @@ func (t *Tuning) Set(key, value string) error {
 
 // Render returns every setting as key -> text, the inverse of Set.
 func (t Tuning) Render() map[string]string {
-	out := make(map[string]string, len(Keys))
-	for k, f := range t.fields() {
-		switch p := f.(type) {
-		case *time.Duration:
-			out[k] = p.String()
-		case *int:
-			out[k] = strconv.Itoa(*p)
-		}
+	out := make(map[string]string, len(Knobs))
+	for _, k := range Knobs {
+		out[k.Key] = k.Text(t)
 	}
 	return out
 }

@@ -100,51 +100,22 @@ func Default() Tuning {
 	}
 }
 
-// Validate checks every field's range and the cross-field rules; the error
-// names the offending key as it appears in Keys (for example
-// "maxDeliveryAttempts must be between 1 and 100, got 0").
+// Validate checks every setting against its knob's range (Knobs) and the
+// cross-field rules; the error names the offending key as it appears in
+// Keys (for example "maxDeliveryAttempts must be between 1 and 100, got 0").
 func (t Tuning) Validate() error {
-	type rng struct {
-		key       string
-		v, lo, hi int64
-	}
-	checks := []rng{
-		{"lease", int64(t.Lease), int64(100 * time.Millisecond), int64(time.Hour)},
-		{"maxDeliveryAttempts", int64(t.MaxDeliveryAttempts), 1, 100},
-		{"maxPending", int64(t.MaxPending), 1, 100000},
-		{"pendingTimeout", int64(t.PendingTimeout), int64(100 * time.Millisecond), int64(time.Hour)},
-		{"reconnectGrace", int64(t.ReconnectGrace), 0, int64(time.Hour)},
-		{"pingInterval", int64(t.PingInterval), int64(100 * time.Millisecond), int64(10 * time.Minute)},
-		{"pingTimeout", int64(t.PingTimeout), int64(100 * time.Millisecond), int64(10 * time.Minute)},
-		{"gcGrace", int64(t.GCGrace), 0, int64(time.Hour)},
-		{"gcInterval", int64(t.GCInterval), int64(10 * time.Millisecond), int64(time.Hour)},
-		{"outboxRetention", int64(t.OutboxRetention), int64(time.Minute), int64(365 * 24 * time.Hour)},
-		{"historyRetention", int64(t.HistoryRetention), int64(time.Hour), int64(100 * 365 * 24 * time.Hour)},
-		{"pollInterval", int64(t.PollInterval), int64(time.Millisecond), int64(time.Minute)},
-		{"pollBatch", int64(t.PollBatch), 1, 1000000},
-		{"maxBodyBytes", int64(t.MaxBodyBytes), 1, 60000},
-		{"maxInFlightSends", int64(t.MaxInFlightSends), 1, 100000},
-		{"sendsPerSecond", int64(t.SendsPerSecond), 1, 1000000},
-		{"fanoutPerSecond", int64(t.FanoutPerSecond), 1, 100000000},
-	}
-	for _, c := range checks {
-		if c.v < c.lo || c.v > c.hi {
-			if isDuration(c.key) {
-				return fmt.Errorf("%s must be between %v and %v, got %v", c.key, time.Duration(c.lo), time.Duration(c.hi), time.Duration(c.v))
-			}
-			return fmt.Errorf("%s must be between %d and %d, got %d", c.key, c.lo, c.hi, c.v)
+	for _, k := range Knobs {
+		v := k.value(&t)
+		if v >= k.Min && v <= k.Max {
+			continue
 		}
+		if k.Kind == Duration {
+			return fmt.Errorf("%s must be between %v and %v, got %v", k.Key, time.Duration(k.Min), time.Duration(k.Max), time.Duration(v))
+		}
+		return fmt.Errorf("%s must be between %d and %d, got %d", k.Key, k.Min, k.Max, v)
 	}
 	if t.HistoryRetention <= t.OutboxRetention {
 		return fmt.Errorf("historyRetention (%v) must exceed outboxRetention (%v): history must outlive every outbox row (invariant I4)", t.HistoryRetention, t.OutboxRetention)
 	}
 	return nil
-}
-
-func isDuration(key string) bool {
-	switch key {
-	case "maxDeliveryAttempts", "maxPending", "pollBatch", "maxBodyBytes", "maxInFlightSends", "sendsPerSecond", "fanoutPerSecond":
-		return false
-	}
-	return true
 }

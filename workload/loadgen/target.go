@@ -125,28 +125,8 @@ type child struct {
 	dir  string
 }
 
-// TuningArgs renders t as `tetra serve` flags.
-func TuningArgs(t config.Tuning) []string {
-	return []string{
-		"--lease=" + t.Lease.String(),
-		"--max-delivery-attempts=" + strconv.Itoa(t.MaxDeliveryAttempts),
-		"--max-pending=" + strconv.Itoa(t.MaxPending),
-		"--pending-timeout=" + t.PendingTimeout.String(),
-		"--reconnect-grace=" + t.ReconnectGrace.String(),
-		"--ping-interval=" + t.PingInterval.String(),
-		"--ping-timeout=" + t.PingTimeout.String(),
-		"--gc-grace=" + t.GCGrace.String(),
-		"--gc-interval=" + t.GCInterval.String(),
-		"--outbox-retention=" + t.OutboxRetention.String(),
-		"--history-retention=" + t.HistoryRetention.String(),
-		"--poll-interval=" + t.PollInterval.String(),
-		"--poll-batch=" + strconv.Itoa(t.PollBatch),
-		"--max-body=" + strconv.Itoa(t.MaxBodyBytes),
-		"--max-inflight=" + strconv.Itoa(t.MaxInFlightSends),
-		"--send-rate=" + strconv.Itoa(t.SendsPerSecond),
-		"--fanout-rate=" + strconv.Itoa(t.FanoutPerSecond),
-	}
-}
+// TuningArgs renders t as `tetra serve` flags (config.Tuning.Args).
+func TuningArgs(t config.Tuning) []string { return t.Args() }
 
 func freePort() (int, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

@@ -575,16 +575,7 @@ func dedupe(in []string) []string {
 	return out
 }
 
-func joinMissing(missing []string) string {
-	out := ""
-	for i, s := range missing {
-		if i > 0 {
-			out += ", "
-		}
-		out += s
-	}
-	return out
-}
+func joinMissing(missing []string) string { return strings.Join(missing, ", ") }
 
 // observeRedis probes the Redis identity and handles a confirmed change. It
 // returns a Degraded condition when the identity cannot be trusted, and

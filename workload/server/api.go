@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -152,7 +153,7 @@ func (s *Server) handleCreateChat(w http.ResponseWriter, r *http.Request, user s
 	case history.KindDirect:
 		var peers []string
 		for _, m := range req.Members {
-			if m != user && !contains(peers, m) {
+			if m != user && !slices.Contains(peers, m) {
 				peers = append(peers, m)
 			}
 		}
@@ -188,15 +189,6 @@ func (s *Server) handleCreateChat(w http.ResponseWriter, r *http.Request, user s
 	default:
 		writeError(w, protocol.CodeInvalid, `kind must be "direct" or "group"`)
 	}
-}
-
-func contains(xs []string, x string) bool {
-	for _, v := range xs {
-		if v == x {
-			return true
-		}
-	}
-	return false
 }
 
 func (s *Server) handleListChats(w http.ResponseWriter, r *http.Request, user string) {

@@ -727,6 +727,56 @@ func TestOverloadReaperWithdrawsAClientThatCannotKeepUp(t *testing.T) {
 	}
 }
 
+// Time with room in the window is the server's: a client that acknowledges
+// every frame at once is not withdrawn when the server is slow to refill its
+// window (a loaded poller or database), however far behind that leaves it
+// in wall-clock time; only time with a full window counts against it
+// (issue 15: with the acceptance age of the oldest waiting message, or the
+// time since the last acknowledgement, as the measure, this client was
+// withdrawn under load).
+func TestOverloadReaperSparesAClientTheServerIsSlowToServe(t *testing.T) {
+	r := newRig(t, func(tu *config.Tuning) {
+		tu.MaxPending = 2
+		tu.PendingTimeout = time.Second
+		tu.Lease = time.Second
+		tu.MaxDeliveryAttempts = 3
+	})
+	bob := newConn("bob", "phone")
+	m := r.register(bob)
+	ctx := context.Background()
+	acked, committed := 0, 0
+	step := func() {
+		r.e.PollOnce(ctx) // the server's turn: refill the window, then judge
+		var ids []string
+		for _, f := range bob.all()[acked:] {
+			ids = append(ids, messageIDOf(t, f))
+		}
+		acked += len(ids)
+		r.clk.advance(10 * time.Millisecond) // the client answers at once
+		if err := r.e.Ack(ctx, m, ids); err != nil {
+			t.Fatal(err)
+		}
+		r.clk.advance(1500 * time.Millisecond) // the server is slow to come back
+	}
+	for i := 0; i < 12 && bob.code() == 0; i++ {
+		r.commit(3) // more than the window each round: the backlog grows
+		committed += 3
+		step()
+	}
+	for i := 0; i < 40 && acked < committed && bob.code() == 0; i++ {
+		step()
+	}
+	if bob.code() != 0 {
+		t.Fatalf("a client that acknowledged every frame at once was closed with %d (%d of %d received)", bob.code(), acked, committed)
+	}
+	if acked != committed {
+		t.Fatalf("received %d of %d", acked, committed)
+	}
+	if st := r.e.Stats(); st.Redeliveries != 0 {
+		t.Fatalf("%d re-deliveries; it acknowledged everything at once", st.Redeliveries)
+	}
+}
+
 // While messages wait behind a full window, GC keeps their rows: the
 // poller's hold stays at the first row the connection was not sent.
 func TestGCKeepsRowsWaitingBehindAFullWindow(t *testing.T) {

@@ -50,6 +50,9 @@ type Member struct {
 	// member fell behind (noteWindowLocked keeps both).
 	fullSince time.Time
 	heldFull  time.Duration
+	// behindSince is when the member last fell behind (from not behind
+	// anywhere); the overload reaper compares heldFull with it.
+	behindSince time.Time
 	shard     int
 	// out is the push window: every message frame sent to this connection
 	// (or about to be) and not acknowledged, by message id. It never holds
@@ -103,7 +106,7 @@ func (m *Member) isBehind(p int32) bool {
 // follows it in partition p, wait for m's window; the caller holds m.mu.
 func (m *Member) fallBehindLocked(p int32, oldest, now time.Time, window int) {
 	if len(m.behind) == 0 {
-		m.heldFull, m.fullSince = 0, time.Time{}
+		m.heldFull, m.fullSince, m.behindSince = 0, time.Time{}, now
 	}
 	m.behind[p] = oldest
 	m.noteWindowLocked(now, window)
@@ -133,14 +136,14 @@ func (m *Member) noteWindowLocked(now time.Time, window int) {
 }
 
 // heldLocked returns how long the window has now been full without an
-// acknowledgement freeing a slot (stalled; 0 when it has room) and the
-// total time it was full since the member fell behind (held); the caller
-// holds m.mu.
-func (m *Member) heldLocked(now time.Time) (stalled, held time.Duration) {
+// acknowledgement freeing a slot (stalled; 0 when it has room), the total
+// time it was full since the member fell behind (held), and how long ago
+// that was (behind); the caller holds m.mu.
+func (m *Member) heldLocked(now time.Time) (stalled, held, behind time.Duration) {
 	if !m.fullSince.IsZero() {
 		stalled = now.Sub(m.fullSince)
 	}
-	return stalled, m.heldFull + stalled
+	return stalled, m.heldFull + stalled, now.Sub(m.behindSince)
 }
 
 type item struct {

@@ -53,7 +53,7 @@ type Member struct {
 	// behindSince is when the member last fell behind (from not behind
 	// anywhere); the overload reaper compares heldFull with it.
 	behindSince time.Time
-	shard     int
+	shard       int
 	// out is the push window: every message frame sent to this connection
 	// (or about to be) and not acknowledged, by message id. It never holds
 	// more than max-pending entries. It is this process's own record of

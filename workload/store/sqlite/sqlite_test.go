@@ -599,8 +599,8 @@ func TestQueryPlans(t *testing.T) {
 		t.Errorf("Scan plan sorts:\n%s", scan)
 	}
 	page := plan(pageQuery, "c", "m", 10)
-	if !strings.Contains(page, "INDEX history_chat (chat_id=? AND id>?)") || strings.Contains(page, "TEMP B-TREE") {
-		t.Errorf("Page plan does not range over history_chat:\n%s", page)
+	if !strings.Contains(page, "INDEX history_unread (chat_id=? AND id>?)") || strings.Contains(page, "TEMP B-TREE") {
+		t.Errorf("Page plan does not range over history_unread:\n%s", page)
 	}
 }
 

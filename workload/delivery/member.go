@@ -125,7 +125,7 @@ func (m *Member) catchUpLocked(p int32) {
 type item struct {
 	entry  waterline.Entry
 	frame  []byte
-	chat   string // the message's chat
-	seq    int64  // the message's Seq
+	chat   string    // the message's chat
+	seq    int64     // the message's Seq
 	sentAt time.Time // the message's acceptance time; zero for re-deliveries
 }

@@ -130,4 +130,3 @@ func TestUnreadPlan(t *testing.T) {
 		t.Errorf("ChatsOf's unread count does not range over history_unread:\n%s", text)
 	}
 }
-

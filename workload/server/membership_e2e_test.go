@@ -185,8 +185,8 @@ func TestE2ERemoveMember(t *testing.T) {
 			by, chat, user string
 			status         int
 		}{
-			{"carol", g.ChatID, "bob", http.StatusForbidden},      // not the creator
-			{"dave", g.ChatID, "dave", http.StatusForbidden},      // not a member
+			{"carol", g.ChatID, "bob", http.StatusForbidden},       // not the creator
+			{"dave", g.ChatID, "dave", http.StatusForbidden},       // not a member
 			{"alice", direct.ChatID, "bob", http.StatusBadRequest}, // a direct chat
 			{"alice", "c_nosuchchat", "bob", http.StatusNotFound},
 			{"alice", g.ChatID, "bad\x01id", http.StatusBadRequest},

@@ -380,17 +380,22 @@ func (x *Nudger) take(ctx context.Context) (batch []entry, ok bool) {
 		if n == 0 && closing {
 			return nil, false
 		}
+		var t *time.Timer
 		var timer <-chan time.Time
 		if wait > 0 {
-			t := time.NewTimer(wait)
+			t = time.NewTimer(wait)
 			timer = t.C
-			defer t.Stop()
 		}
 		select {
 		case <-ctx.Done():
-			return nil, false
 		case <-x.wake:
 		case <-timer:
+		}
+		if t != nil {
+			t.Stop()
+		}
+		if ctx.Err() != nil {
+			return nil, false
 		}
 	}
 }

@@ -235,7 +235,8 @@ func (x *Nudger) Start() {
 }
 
 // Stop sends what is queued, without waiting for batches to fill, until
-// ctx ends; then it drops the rest (counted as shutdown) and returns.
+// ctx ends or Config.Timeout passes (a receiver that is down must not hold
+// a shutdown); then it drops the rest (counted as shutdown) and returns.
 // Idempotent.
 func (x *Nudger) Stop(ctx context.Context) {
 	x.once.Do(func() {
@@ -246,9 +247,12 @@ func (x *Nudger) Stop(ctx context.Context) {
 		if x.cancel == nil {
 			return
 		}
+		grace := time.NewTimer(x.cfg.Timeout)
+		defer grace.Stop()
 		select {
 		case <-x.done:
 		case <-ctx.Done():
+		case <-grace.C:
 		}
 		x.cancel()
 		x.wg.Wait()

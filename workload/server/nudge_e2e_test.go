@@ -6,6 +6,9 @@ package server_test
 // deduplicates by nudge id.
 
 import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -77,6 +80,18 @@ func (r *nudgeReceiver) serve(w http.ResponseWriter, req *http.Request) {
 	r.mu.Lock()
 	r.requests++
 	r.mu.Unlock()
+	// The documented recipe, independently of package nudge: hex
+	// HMAC-SHA256(secret, timestamp + "." + raw body) after "v1=".
+	mac := hmac.New(sha256.New, r.secret)
+	mac.Write([]byte(req.Header.Get(nudge.HeaderTimestamp) + "." + string(body)))
+	if want := "v1=" + hex.EncodeToString(mac.Sum(nil)); !hmac.Equal([]byte(req.Header.Get(nudge.HeaderSignature)), []byte(want)) {
+		r.mu.Lock()
+		r.badSig++
+		r.mu.Unlock()
+		r.t.Errorf("nudge receiver: signature %q, want %q (the documented recipe)", req.Header.Get(nudge.HeaderSignature), want)
+		w.WriteHeader(http.StatusUnauthorized)
+		return
+	}
 	if err := nudge.Verify(r.secret, req.Header, body, time.Now(), 0); err != nil {
 		r.mu.Lock()
 		r.badSig++
@@ -98,6 +113,12 @@ func (r *nudgeReceiver) serve(w http.ResponseWriter, req *http.Request) {
 	}
 	r.mu.Lock()
 	for _, it := range b.Nudges {
+		// The documented id, independently of package nudge: hex of the
+		// first 16 bytes of SHA-256(messageId, 0x00, recipient).
+		sum := sha256.Sum256([]byte(it.MessageID + "\x00" + it.Recipient))
+		if want := hex.EncodeToString(sum[:16]); it.ID != want {
+			r.t.Errorf("nudge %+v: id %s, want %s (stable per message and recipient)", it, it.ID, want)
+		}
 		r.all = append(r.all, it)
 		r.byID[it.ID] = it
 	}

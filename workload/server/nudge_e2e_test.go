@@ -182,11 +182,13 @@ func nudgeMessageIDs(items []nudge.Item) []string {
 	return out
 }
 
-// nudgeBackends are the embedded default and PostgreSQL + Redis.
-func nudgeBackends(t *testing.T, fn func(t *testing.T, b backend)) {
+// nudgeBackends are the embedded default and PostgreSQL + Redis (and,
+// withKafka, SQLite + Kafka).
+func nudgeBackends(t *testing.T, fn func(t *testing.T, b backend), withKafka ...bool) {
+	kafka := len(withKafka) > 0 && withKafka[0]
 	t.Helper()
 	for _, b := range backends(t) {
-		if b.name != "sqlite+memory" && b.name != "postgres+redis" {
+		if b.name != "sqlite+memory" && b.name != "postgres+redis" && !(kafka && b.name == "sqlite+kafka") {
 			continue
 		}
 		t.Run(b.name, func(t *testing.T) {
@@ -248,7 +250,7 @@ func TestE2ENudgeOffline(t *testing.T) {
 			t.Errorf("carol nudged %d times after she connected, want still %d", n, len(sent))
 		}
 		metricsHave(t, e, "tetra_nudge_sent_total 4", "tetra_nudge_queued_total 4", `tetra_nudge_dropped_total{reason="queue_full"} 0`, "tetra_nudge_batch_latency_seconds_count")
-	})
+	}, true) // and in Kafka mode, where the relay's hand-off determines it
 }
 
 // A recipient that stops acknowledging is withdrawn (4002) and nudged for

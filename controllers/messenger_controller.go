@@ -538,6 +538,9 @@ func (r *MessengerReconciler) readSecrets(ctx context.Context, m *tetrav1.Messen
 	if m.Spec.Redis != nil {
 		refs = append(refs, ref{m.Spec.Redis.SecretRef.Name, render.SecretKey(m.Spec.Redis.SecretRef.Key, render.DefaultURLKey)})
 	}
+	if m.Spec.Nudge != nil {
+		refs = append(refs, ref{m.Spec.Nudge.SecretRef.Name, render.SecretKey(m.Spec.Nudge.SecretRef.Key, render.DefaultJWTKey)})
+	}
 	secrets := map[string]*corev1.Secret{}
 	var missing []string
 	for _, rf := range refs {

@@ -97,6 +97,28 @@ func TestRefusedSpecs(t *testing.T) {
 		{"redis key prefix too long", func(m *tetrav1.Messenger) {
 			m.Spec.Redis = &tetrav1.RedisSpec{SecretRef: redis.SecretRef, KeyPrefix: strings.Repeat("a", 200) + ":"}
 		}, "spec.redis.keyPrefix", "200"},
+		// The offline nudge (spec.nudge).
+		{"nudge url scheme", func(m *tetrav1.Messenger) {
+			m.Spec.Nudge = &tetrav1.NudgeSpec{URL: "ftp://push.example.com/hook", SecretRef: tetrav1.JWTSecretRef{Name: "nudge"}}
+		}, "spec.nudge.url", "http:// or https://"},
+		{"nudge url not a URL", func(m *tetrav1.Messenger) {
+			m.Spec.Nudge = &tetrav1.NudgeSpec{URL: "push.example.com hook", SecretRef: tetrav1.JWTSecretRef{Name: "nudge"}}
+		}, "spec.nudge.url", "with a host"},
+		{"nudge url without host", func(m *tetrav1.Messenger) {
+			m.Spec.Nudge = &tetrav1.NudgeSpec{URL: "https:///hook", SecretRef: tetrav1.JWTSecretRef{Name: "nudge"}}
+		}, "spec.nudge.url", "with a host"},
+		{"nudge without secret", func(m *tetrav1.Messenger) {
+			m.Spec.Nudge = &tetrav1.NudgeSpec{URL: "https://push.example.com/hook"}
+		}, "spec.nudge.secretRef.name", ""},
+		{"nudge batch size", func(m *tetrav1.Messenger) {
+			m.Spec.Nudge = &tetrav1.NudgeSpec{URL: "https://push.example.com/hook", SecretRef: tetrav1.JWTSecretRef{Name: "nudge"}, BatchSize: 20000}
+		}, "spec.nudge.batchSize", "less than or equal to 10000"},
+		{"nudge max delay", func(m *tetrav1.Messenger) {
+			m.Spec.Nudge = &tetrav1.NudgeSpec{URL: "https://push.example.com/hook", SecretRef: tetrav1.JWTSecretRef{Name: "nudge"}, MaxDelay: d("2m")}
+		}, "spec.nudge.maxDelay", "between 1ms and 1m"},
+		{"nudge timeout", func(m *tetrav1.Messenger) {
+			m.Spec.Nudge = &tetrav1.NudgeSpec{URL: "https://push.example.com/hook", SecretRef: tetrav1.JWTSecretRef{Name: "nudge"}, Timeout: d("10ms")}
+		}, "spec.nudge.timeout", "between 100ms and 5m"},
 		// The name is the children's instance label and the Service's name.
 		{"name too long", func(m *tetrav1.Messenger) { m.Name = strings.Repeat("a", 64) }, "metadata.name", "at most 63 characters"},
 		{"name with a dot", func(m *tetrav1.Messenger) { m.Name = "chat.v2" }, "metadata.name", "DNS-1035 label"},
@@ -128,6 +150,9 @@ func TestRefusedSpecs(t *testing.T) {
 		},
 		func(m *tetrav1.Messenger) { m.Spec.Delivery.ReconnectGrace, m.Spec.Delivery.GCGrace = d("0s"), d("0s") },
 		func(m *tetrav1.Messenger) { m.Spec.Replicas = ptrTo(int32(0)) },
+		func(m *tetrav1.Messenger) {
+			m.Spec.Nudge = &tetrav1.NudgeSpec{URL: "http://push.default.svc:8080/hooks/nudge?x=1", SecretRef: tetrav1.JWTSecretRef{Name: "nudge"}}
+		},
 		func(m *tetrav1.Messenger) {
 			m.Spec.PostgreSQL.SecretRef = tetrav1.URLSecretRef{Name: "pg.v2", Key: "DB_url-2.x"}
 			m.Spec.JWT.SecretRef = tetrav1.JWTSecretRef{Name: strings.Repeat("j", 253), Key: "_jwt"}

@@ -309,6 +309,53 @@ type LimitsSpec struct {
 	FanoutPerSecond int32 `json:"fanoutPerSecond,omitempty"`
 }
 
+// NudgeSpec is the offline nudge: a webhook the workload POSTs, signed
+// and batched, the recipients a committed message could not reach live
+// (no connection, or withdrawn), so the application can send a mobile
+// push (docs/nudge.md). Cold: a change rolls the pods.
+type NudgeSpec struct {
+	// URL of the webhook: an absolute http:// or https:// URL with a host
+	// and no user info.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:XValidation:rule="isURL(self) && (url(self).getScheme() == 'http' || url(self).getScheme() == 'https') && url(self).getHostname() != ''",message="spec.nudge.url must be an absolute http:// or https:// URL with a host"
+	URL string `json:"url"`
+	// SecretRef points at the HMAC-SHA256 secret that signs every request
+	// (at least 16 bytes); it reaches the pod as an environment variable
+	// from the Secret, never as an argument.
+	SecretRef JWTSecretRef `json:"secretRef"`
+	// BatchSize is the most nudges per request. Default 100.
+	// +kubebuilder:default=100
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=10000
+	// +optional
+	BatchSize int32 `json:"batchSize,omitempty"`
+	// MaxDelay is the longest a nudge waits for its batch to fill.
+	// Default 1s.
+	// +kubebuilder:default="1s"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1ms') && duration(self) <= duration('1m')",message="spec.nudge.maxDelay must be between 1ms and 1m"
+	// +optional
+	MaxDelay *metav1.Duration `json:"maxDelay,omitempty"`
+	// QueueSize bounds the nudges waiting to be sent; when it is full the
+	// oldest is dropped (tetra_nudge_dropped_total). Default 10000.
+	// +kubebuilder:default=10000
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000000
+	// +optional
+	QueueSize int32 `json:"queueSize,omitempty"`
+	// Timeout bounds one request. Default 5s.
+	// +kubebuilder:default="5s"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('100ms') && duration(self) <= duration('5m')",message="spec.nudge.timeout must be between 100ms and 5m"
+	// +optional
+	Timeout *metav1.Duration `json:"timeout,omitempty"`
+}
+
 // MessengerSpec declares one messenger deployment.
 // +kubebuilder:validation:XValidation:rule="self.backend == 'kafka' ? has(self.kafka) : !has(self.kafka)",message="spec.kafka is required when spec.backend is kafka and must be omitted otherwise",fieldPath=".kafka"
 // +kubebuilder:validation:XValidation:rule="!has(self.replicas) || self.replicas <= 1 || has(self.redis)",message="spec.replicas > 1 requires spec.redis: the embedded in-process index serves a single instance",fieldPath=".replicas"
@@ -361,6 +408,9 @@ type MessengerSpec struct {
 	// +kubebuilder:default={}
 	// +optional
 	Limits LimitsSpec `json:"limits,omitempty"`
+	// Nudge is the offline nudge webhook; omitted: off.
+	// +optional
+	Nudge *NudgeSpec `json:"nudge,omitempty"`
 }
 
 // Condition types of a Messenger.

@@ -58,6 +58,11 @@ type Config struct {
 	// the server drops what it caches about the chat's members. It must
 	// not block.
 	OnExcluded func(chatID string)
+	// Nudges, when set, receives the offline nudges (the committed
+	// messages' recipients with no connection here, and the messages a
+	// reaper's withdrawal left unacknowledged) and this process's
+	// connections (see NudgeSink). Nil: no nudges.
+	Nudges NudgeSink
 }
 
 func (c Config) withDefaults() Config {
@@ -319,13 +324,16 @@ func (e *Engine) Register(ctx context.Context, c Conn) (*Member, error) {
 		e.dropFromIndex(old)
 		old.conn.Close(protocol.CloseSuperseded, "superseded by a newer connection of the same device")
 		e.countWithdrawal(ReasonSuperseded)
+		e.presence(old, false)
 	}
+	e.presence(m, true)
 
 	start := make(map[int32]int64, len(e.partitions))
 	for _, p := range e.partitions {
 		head, err := e.outbox.Head(ctx, p)
 		if err != nil {
 			e.reg.remove(m)
+			e.presence(m, false)
 			return nil, fmt.Errorf("delivery: read outbox head: %w", err)
 		}
 		start[p] = head
@@ -339,6 +347,7 @@ func (e *Engine) Register(ctx context.Context, c Conn) (*Member, error) {
 	e.idxMu.RUnlock()
 	if err != nil {
 		e.reg.remove(m)
+		e.presence(m, false)
 		return nil, fmt.Errorf("delivery: register in the waterline index: %w", err)
 	}
 	m.mu.Lock()
@@ -363,6 +372,19 @@ func (e *Engine) Register(ctx context.Context, c Conn) (*Member, error) {
 func (e *Engine) Unregister(m *Member) {
 	if e.reg.remove(m) {
 		e.dropFromIndex(m)
+		e.presence(m, false)
+	}
+}
+
+// presence tells the nudge sink that m was registered (up) or removed.
+func (e *Engine) presence(m *Member, up bool) {
+	if e.cfg.Nudges == nil {
+		return
+	}
+	if up {
+		e.cfg.Nudges.Connected(m.client.User, m.client.ID)
+	} else {
+		e.cfg.Nudges.Disconnected(m.client.User, m.client.ID)
 	}
 }
 
@@ -387,6 +409,12 @@ func (e *Engine) Withdraw(m *Member, code int, reason string) bool {
 func (e *Engine) withdraw(m *Member, code int, why, reason string) bool {
 	if !e.reg.remove(m) {
 		return false
+	}
+	e.presence(m, false)
+	if e.cfg.Nudges != nil && nudgesWithdrawal(reason) {
+		if ns := withdrawnNudges(m, code); len(ns) > 0 {
+			e.cfg.Nudges.Nudge(ns)
+		}
 	}
 	e.dropFromIndex(m)
 	m.conn.Close(code, why)

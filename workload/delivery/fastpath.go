@@ -42,7 +42,8 @@ func FromResults(results []history.Result) []Committed {
 // Handoff queues committed messages on the fast path for their connected
 // recipients (never the sending connection). It never blocks: when a
 // worker's queue is full the rest is shed to the poller. It also wakes the
-// other processes of a fleet.
+// other processes of a fleet, and hands the recipients with no connection
+// on this process to the nudge sink (Config.Nudges).
 func (e *Engine) Handoff(batch []Committed) {
 	shed := false
 	for i := range batch {
@@ -71,6 +72,11 @@ func (e *Engine) Handoff(batch []Committed) {
 	}
 	if shed {
 		e.wakePoller()
+	}
+	if e.cfg.Nudges != nil {
+		if ns := e.offlineNudges(batch); len(ns) > 0 {
+			e.cfg.Nudges.Nudge(ns)
+		}
 	}
 	if len(batch) > 0 {
 		e.publishWake()

@@ -202,3 +202,10 @@ func (r *registry) laggingCount() int {
 	defer r.lagMu.Unlock()
 	return len(r.lagging)
 }
+
+// hasUser reports whether user has a registered connection.
+func (r *registry) hasUser(user string) bool {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return len(r.byUser[user]) > 0
+}

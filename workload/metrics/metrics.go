@@ -24,6 +24,9 @@ type Snapshot struct {
 	// Relay is the Kafka outbox relay's counters; nil without the Kafka
 	// backend (then no tetra_relay_* series are exposed).
 	Relay *RelaySnapshot
+	// Nudge is the offline nudge's counters; nil when --nudge-url is not
+	// set (then no tetra_nudge_* series but the latency histogram).
+	Nudge *NudgeSnapshot
 }
 
 // RelaySnapshot is what the scrape reads from the Kafka outbox relay
@@ -60,6 +63,7 @@ type Metrics struct {
 	reconnects   prometheus.Counter
 	readReceipts prometheus.Counter
 	readFailed   *prometheus.CounterVec
+	nudgeLat     prometheus.Histogram
 	x            extra // http.go
 }
 
@@ -117,6 +121,7 @@ func New(snapshot func(ctx context.Context) (Snapshot, error)) *Metrics {
 		m.deliveryLat.WithLabelValues(path)
 	}
 	m.x = newExtra(reg)
+	m.nudgeLat = newNudgeLatency(reg)
 	f(collectors.NewGoCollector())
 	f(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	f(&scrape{snapshot: snapshot})
@@ -213,6 +218,9 @@ func (s *scrape) Describe(ch chan<- *prometheus.Desc) {
 		dRelayTxns, dRelayRecords, dRelayFails, dRelayFenced, dRelayActive, dRelayCursor} {
 		ch <- d
 	}
+	for _, d := range nudgeDescs {
+		ch <- d
+	}
 }
 
 func (s *scrape) Collect(ch chan<- prometheus.Metric) {
@@ -261,6 +269,7 @@ func (s *scrape) Collect(ch chan<- prometheus.Metric) {
 		g(dRelayActive, active)
 		g(dRelayCursor, float64(rs.Cursor))
 	}
+	collectNudge(ch, snap.Nudge)
 	if err != nil {
 		c(dScrapeErrors, float64(s.errors.Add(1)))
 		return

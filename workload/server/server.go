@@ -22,6 +22,7 @@ import (
 	"github.com/tetra-messenger/tetra/workload/history"
 	"github.com/tetra-messenger/tetra/workload/ingest"
 	"github.com/tetra-messenger/tetra/workload/metrics"
+	"github.com/tetra-messenger/tetra/workload/nudge"
 	"github.com/tetra-messenger/tetra/workload/outbox"
 	"github.com/tetra-messenger/tetra/workload/outbox/kafka"
 	"github.com/tetra-messenger/tetra/workload/protocol"
@@ -81,6 +82,9 @@ type Config struct {
 	// config.Keys, as a mounted ConfigMap): applied over Tuning at start
 	// and reloaded live whenever it changes.
 	TuningDir string
+	// Nudge configures the offline nudge's webhook (docs/nudge.md); an
+	// empty Nudge.URL turns it off (the default).
+	Nudge nudge.Config
 	// Ingest and Delivery size the pipeline and the engine.
 	Ingest   ingest.Config
 	Delivery delivery.Config
@@ -209,6 +213,7 @@ type Server struct {
 
 	pipeline *ingest.Pipeline
 	engine   *delivery.Engine
+	nudger   *nudge.Nudger // nil without Config.Nudge.URL
 	chats    *chatCache
 	metrics  *metrics.Metrics
 	seenMu   sync.Mutex
@@ -278,12 +283,20 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 			snap.Relay = &metrics.RelaySnapshot{Active: rs.Active, Cursor: rs.Cursor, Transactions: rs.Transactions,
 				Records: rs.Records, Failures: rs.Failures, Fenced: rs.Fenced}
 		}
+		snap.Nudge = s.nudgeSnapshot()
 		return snap, err
 	})
 	s.metrics.SetBuildInfo(s.storeKind, s.outboxKind, s.indexKind)
 	dcfg := cfg.Delivery
 	dcfg.OnDelivered = s.metrics.Delivered
 	dcfg.OnExcluded = s.chats.forget
+	if s.nudger, err = s.newNudger(); err != nil {
+		s.closer()
+		return nil, err
+	}
+	if s.nudger != nil {
+		dcfg.Nudges = s.nudger
+	}
 	s.engine, err = delivery.New(s.outbox, s.index, s.Tuning, dcfg, log)
 	if err != nil {
 		s.closer()
@@ -533,7 +546,13 @@ func (s *Server) Store() history.Store { return s.store }
 // Start primes live delivery, starts the background work and listens on
 // cfg.Addr. It returns once the listener is open; Addr tells where.
 func (s *Server) Start(ctx context.Context) error {
+	if s.nudger != nil {
+		s.nudger.Start()
+	}
 	if err := s.engine.Start(ctx); err != nil {
+		if s.nudger != nil {
+			s.nudger.Stop(ctx)
+		}
 		s.closer()
 		return err
 	}
@@ -649,6 +668,10 @@ func (s *Server) stop(ctx context.Context) error {
 	case <-ctx.Done():
 	}
 	s.engine.Stop(ctx)
+	if s.nudger != nil {
+		// After the engine: what it queued is sent while ctx allows.
+		s.nudger.Stop(ctx)
+	}
 	if s.bgCancel != nil {
 		s.bgCancel()
 	}

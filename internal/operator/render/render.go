@@ -134,6 +134,9 @@ func SecretNames(m *tetrav1.Messenger) []string {
 	if m.Spec.Redis != nil {
 		set[m.Spec.Redis.SecretRef.Name] = true
 	}
+	if m.Spec.Nudge != nil {
+		set[m.Spec.Nudge.SecretRef.Name] = true
+	}
 	out := make([]string, 0, len(set))
 	for n := range set {
 		if n != "" {
@@ -290,8 +293,61 @@ func Env(m *tetrav1.Messenger) []corev1.EnvVar {
 		}
 		env = append(env, corev1.EnvVar{Name: "TETRA_OUTBOX", Value: "kafka://" + strings.Join(brokers, ",") + "/" + m.Spec.Kafka.Topic})
 	}
+	if n := m.Spec.Nudge; n != nil {
+		env = append(env, NudgeEnv(n)...)
+		env = append(env, corev1.EnvVar{Name: "TETRA_NUDGE_SECRET", ValueFrom: fromSecret(n.SecretRef.Name, SecretKey(n.SecretRef.Key, DefaultJWTKey))})
+	}
 	sort.Slice(env, func(i, j int) bool { return env[i].Name < env[j].Name })
 	return env
+}
+
+// NudgeEnv is the offline nudge's plain settings as `tetra serve` reads
+// them (--nudge-url and the batch knobs; the secret is a Secret
+// reference, added by Env). A zero field keeps the workload's default.
+func NudgeEnv(n *tetrav1.NudgeSpec) []corev1.EnvVar {
+	env := []corev1.EnvVar{{Name: "TETRA_NUDGE_URL", Value: n.URL}}
+	if n.BatchSize > 0 {
+		env = append(env, corev1.EnvVar{Name: "TETRA_NUDGE_BATCH_SIZE", Value: strconv.Itoa(int(n.BatchSize))})
+	}
+	if n.MaxDelay != nil {
+		env = append(env, corev1.EnvVar{Name: "TETRA_NUDGE_MAX_DELAY", Value: n.MaxDelay.Duration.String()})
+	}
+	if n.QueueSize > 0 {
+		env = append(env, corev1.EnvVar{Name: "TETRA_NUDGE_QUEUE", Value: strconv.Itoa(int(n.QueueSize))})
+	}
+	if n.Timeout != nil {
+		env = append(env, corev1.EnvVar{Name: "TETRA_NUDGE_TIMEOUT", Value: n.Timeout.Duration.String()})
+	}
+	return env
+}
+
+// ValidateNudge checks spec.nudge as the workload will (the schema's CEL
+// rule checks the URL's scheme and host; this also refuses user info and
+// a batch, delay, queue or timeout out of range), naming the field.
+func ValidateNudge(m *tetrav1.Messenger) error {
+	n := m.Spec.Nudge
+	if n == nil {
+		return nil
+	}
+	if err := config.ValidateWebhookURL(n.URL); err != nil {
+		return fmt.Errorf("spec.nudge.url: %w", err)
+	}
+	if n.SecretRef.Name == "" {
+		return errors.New("spec.nudge.secretRef.name: required")
+	}
+	if n.BatchSize < 0 || n.BatchSize > 10000 {
+		return fmt.Errorf("spec.nudge.batchSize must be between 1 and 10000, got %d", n.BatchSize)
+	}
+	if n.QueueSize < 0 || n.QueueSize > 1000000 {
+		return fmt.Errorf("spec.nudge.queueSize must be between 1 and 1000000, got %d", n.QueueSize)
+	}
+	if d := n.MaxDelay; d != nil && (d.Duration < time.Millisecond || d.Duration > time.Minute) {
+		return fmt.Errorf("spec.nudge.maxDelay must be between 1ms and 1m, got %v", d.Duration)
+	}
+	if d := n.Timeout; d != nil && (d.Duration < 100*time.Millisecond || d.Duration > 5*time.Minute) {
+		return fmt.Errorf("spec.nudge.timeout must be between 100ms and 5m, got %v", d.Duration)
+	}
+	return nil
 }
 
 // Image is spec.image, or def.
@@ -330,6 +386,9 @@ func ConfigHash(m *tetrav1.Messenger, in Inputs) string {
 // Render renders the children of m. m must have a name, namespace and UID
 // (the owner reference needs them).
 func Render(m *tetrav1.Messenger, in Inputs) (Objects, error) {
+	if err := ValidateNudge(m); err != nil {
+		return Objects{}, err
+	}
 	tuning, err := Tuning(m)
 	if err != nil {
 		return Objects{}, err

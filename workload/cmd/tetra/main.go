@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/tetra-messenger/tetra/workload/auth"
+	"github.com/tetra-messenger/tetra/workload/nudge"
 	"github.com/tetra-messenger/tetra/workload/server"
 	redisidx "github.com/tetra-messenger/tetra/workload/waterline/redis"
 )
@@ -136,6 +137,23 @@ func newLogger(format, level string, w io.Writer) (*slog.Logger, error) {
 	return nil, fmt.Errorf("--log-format must be text or json, got %q", format)
 }
 
+// nudgeSecret reads the nudge webhook's secret: from file (trailing
+// newlines trimmed) when given, else from TETRA_NUDGE_SECRET. A secret is
+// never a plain flag: flags show in ps and in the pod spec.
+func nudgeSecret(file string) ([]byte, error) {
+	if file != "" {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return nil, fmt.Errorf("--nudge-secret-file: %w", err)
+		}
+		return []byte(strings.TrimRight(string(b), "\r\n")), nil
+	}
+	if v := os.Getenv("TETRA_NUDGE_SECRET"); v != "" {
+		return []byte(v), nil
+	}
+	return nil, errors.New("--nudge-url needs a secret: set TETRA_NUDGE_SECRET or --nudge-secret-file")
+}
+
 // serverFlags registers the server's flags on fs and returns a function
 // that builds the Config once fs is parsed.
 func serverFlags(fs *flag.FlagSet, listen bool) func() (server.Config, error) {
@@ -167,8 +185,24 @@ func serverFlags(fs *flag.FlagSet, listen bool) func() (server.Config, error) {
 	fs.IntVar(&cfg.MaxConns, "max-conns", cfg.MaxConns, "WebSocket connections in total")
 	fs.IntVar(&cfg.MaxConnsPerUser, "max-conns-per-user", cfg.MaxConnsPerUser, "WebSocket connections per user")
 	origins := fs.String("allowed-origins", "", "comma-separated extra Origin host patterns allowed to open sockets")
+	fs.StringVar(&cfg.Nudge.URL, "nudge-url", "", "offline nudge webhook (http:// or https://): recipients a committed message could not reach live are POSTed there, signed (docs/nudge.md); off when empty")
+	secretFile := fs.String("nudge-secret-file", "", "file holding the nudge webhook's HMAC secret (or set TETRA_NUDGE_SECRET); required with --nudge-url")
+	fs.IntVar(&cfg.Nudge.BatchSize, "nudge-batch-size", nudge.DefaultBatchSize, "offline nudge: most nudges per webhook request")
+	fs.DurationVar(&cfg.Nudge.MaxDelay, "nudge-max-delay", nudge.DefaultMaxDelay, "offline nudge: longest a nudge waits for its batch to fill")
+	fs.IntVar(&cfg.Nudge.QueueSize, "nudge-queue", nudge.DefaultQueueSize, "offline nudge: bounded queue; when full the oldest nudge is dropped (tetra_nudge_dropped_total)")
+	fs.DurationVar(&cfg.Nudge.Timeout, "nudge-timeout", nudge.DefaultTimeout, "offline nudge: timeout of one webhook request")
 	return func() (server.Config, error) {
 		cfg.JWTSecret = os.Getenv("TETRA_JWT_SECRET")
+		if cfg.Nudge.URL != "" {
+			secret, err := nudgeSecret(*secretFile)
+			if err != nil {
+				return cfg, err
+			}
+			cfg.Nudge.Secret = secret
+			if err := cfg.Nudge.Validate(); err != nil {
+				return cfg, err
+			}
+		}
 		if *origins != "" {
 			cfg.AllowedOrigins = strings.Split(*origins, ",")
 		}

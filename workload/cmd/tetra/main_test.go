@@ -172,3 +172,32 @@ func TestServeJSONLogsAreAllJSON(t *testing.T) {
 		t.Errorf("want go-redis's dial failure and the exit error among the JSON lines (saw %v, %v):\n%s", sawRedis, sawExit, stderr.String())
 	}
 }
+
+func TestServeNudgeSecret(t *testing.T) {
+	var errb bytes.Buffer
+	if _, _, _, err := serveConfig([]string{"--data", t.TempDir(), "--nudge-url", "http://127.0.0.1:9/nudge"}, &errb); err == nil || !strings.Contains(err.Error(), "TETRA_NUDGE_SECRET") {
+		t.Errorf("--nudge-url without a secret: %v, want an error naming TETRA_NUDGE_SECRET", err)
+	}
+	t.Setenv("TETRA_NUDGE_SECRET", "short")
+	if _, _, _, err := serveConfig([]string{"--data", t.TempDir(), "--nudge-url", "http://127.0.0.1:9/nudge"}, &errb); err == nil || !strings.Contains(err.Error(), "16 bytes") {
+		t.Errorf("a 5-byte secret: %v, want refused", err)
+	}
+	if _, _, _, err := serveConfig([]string{"--data", t.TempDir(), "--nudge-url", "ftp://x/nudge"}, &errb); err == nil || !strings.Contains(err.Error(), "--nudge-url") {
+		t.Errorf("an ftp URL: %v, want refused naming --nudge-url", err)
+	}
+	t.Setenv("TETRA_NUDGE_SECRET", "")
+	f := t.TempDir() + "/secret"
+	if err := os.WriteFile(f, []byte("0123456789abcdef-from-file\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, _, _, err := serveConfig([]string{"--data", t.TempDir(), "--nudge-url", "https://push.example.com/n", "--nudge-secret-file", f, "--nudge-batch-size", "7"}, &errb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(cfg.Nudge.Secret) != "0123456789abcdef-from-file" || cfg.Nudge.BatchSize != 7 || cfg.Nudge.URL != "https://push.example.com/n" {
+		t.Errorf("nudge config %+v", cfg.Nudge)
+	}
+	if cfg, _, _, err := serveConfig([]string{"--data", t.TempDir()}, &errb); err != nil || cfg.Nudge.URL != "" {
+		t.Errorf("default: nudge %q, err %v; want off", cfg.Nudge.URL, err)
+	}
+}

@@ -15,15 +15,15 @@ func TestCommitPlan(t *testing.T) {
 	}
 	orig := Message{Seq: 7, ID: "m0", ChatID: "c1", SenderID: "alice", CorrelationID: "k0", Body: "hi"}
 	drafts := []Draft{
-		d("m1", "c1", "alice", "k1", "one"),   // 0: insert
-		d("m2", "c1", "alice", "k1", "one"),   // 1: resend of 0 in this batch
-		d("m3", "c1", "alice", "k1", "other"), // 2: key of 0, another body: invalid
-		d("m4", "c1", "alice", "k0", "hi"),    // 3: resend of a committed message
-		d("m5", "c2", "alice", "k0", "hi"),    // 4: committed key, another chat: invalid
-		d("m6", "c1", "mallory", "k6", "x"),   // 5: not a member
-		d("m7", "nope", "alice", "k7", "x"),   // 6: unknown chat
-		d("m0", "c1", "alice", "k8", "x"),     // 7: message id used
-		d("", "c1", "alice", "k9", "x"),       // 8: its own checks fail
+		d("m1", "c1", "alice", "k1", "one"),                                           // 0: insert
+		d("m2", "c1", "alice", "k1", "one"),                                           // 1: resend of 0 in this batch
+		d("m3", "c1", "alice", "k1", "other"),                                         // 2: key of 0, another body: invalid
+		d("m4", "c1", "alice", "k0", "hi"),                                            // 3: resend of a committed message
+		d("m5", "c2", "alice", "k0", "hi"),                                            // 4: committed key, another chat: invalid
+		d("m6", "c1", "mallory", "k6", "x"),                                           // 5: not a member
+		d("m7", "nope", "alice", "k7", "x"),                                           // 6: unknown chat
+		d("m0", "c1", "alice", "k8", "x"),                                             // 7: message id used
+		d("", "c1", "alice", "k9", "x"),                                               // 8: its own checks fail
 		{ID: "m10", ChatID: "c1", SenderID: "alice", CorrelationID: "k10", Body: "x"}, // 9: no SentAt
 	}
 	p := NewCommitPlan(drafts)

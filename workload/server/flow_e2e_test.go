@@ -21,7 +21,8 @@ import (
 // sender, sends msgs messages pipelined in windows of window sends (the
 // next window leaves once every send of the last one is answered). It
 // returns the message ids it received live (deduplicated) and an error if
-// its connection ended or a send was refused.
+// its connection ended or a send was refused (a send answered overloaded
+// is resent with its correlationId, as a client must).
 func busyMember(c *wsClient, chatID string, msgs, window, want int, deadline time.Time) (map[string]bool, error) {
 	got := map[string]bool{}
 	sent, answered := 0, 0
@@ -47,7 +48,15 @@ func busyMember(c *wsClient, chatID string, msgs, window, want int, deadline tim
 		case "accepted":
 			answered++
 		case "error":
-			return got, fmt.Errorf("%s: send refused: %s", c.name, f)
+			if f.Code != "overloaded" || f.CorrelationID == "" {
+				return got, fmt.Errorf("%s: send refused: %s", c.name, f)
+			}
+			// Not stored (a loaded machine ran past the store timeout):
+			// resend with the same correlationId, as PROTOCOL.md §3 asks.
+			time.Sleep(50 * time.Millisecond)
+			if err := c.writeE(sendFrame{Type: "send", ChatID: chatID, CorrelationID: f.CorrelationID, Body: "burst"}); err != nil {
+				return got, fmt.Errorf("%s: resend: %w", c.name, err)
+			}
 		}
 	}
 	return got, nil

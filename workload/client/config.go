@@ -96,8 +96,19 @@ type Config struct {
 	// another goroutine instead.
 	OnMessage func(protocol.Message)
 
-	// OnRead is called for every read receipt the server forwards.
+	// OnRead is called for every read receipt the server forwards: other
+	// members' (UserID is theirs) and this user's own from its other
+	// devices (UserID is this user's: mark the chat read up to MessageID
+	// here too). See PROTOCOL.md §3 read.
 	OnRead func(protocol.Read)
+
+	// OnChat is called for every chat event (PROTOCOL.md §3): ChatAdded
+	// when this user was added to a chat (the client syncs its history
+	// from then on), ChatRemoved when it was removed or left (the client
+	// stops syncing it), ChatUpdated when the members of one of its chats
+	// changed. The event's Chat has LastRead but no Unread (HasUnread is
+	// false).
+	OnChat func(ChatEvent)
 
 	// OnState is called on every change of the connection state.
 	OnState func(StateChange)

@@ -445,6 +445,22 @@ func (c *Client) handleFrame(cn *conn, b []byte) {
 			}
 			c.callback(func() { f(r) })
 		}
+	case protocol.TypeChat:
+		var ev ChatEvent
+		if err := json.Unmarshal(b, &ev); err != nil || ev.Chat.ChatID == "" {
+			c.emitError(fmt.Errorf("client: bad chat frame %.200q (err %v)", b, err))
+			return
+		}
+		switch ev.Event {
+		case ChatAdded:
+			c.dd.knowAndSync(ev.Chat.ChatID)
+			c.kickSync()
+		case ChatRemoved:
+			c.dd.forget(ev.Chat.ChatID)
+		}
+		if f := c.cfg.OnChat; f != nil {
+			c.callback(func() { f(ev) })
+		}
 	case protocol.TypeRefreshed:
 		// The server took the token refreshOnConn sent; the client uses it
 		// already.

@@ -202,6 +202,14 @@ func (d *dedupe) know(chat string) {
 	d.mu.Unlock()
 }
 
+// knowAndSync registers chat and asks for a catch-up sync of it (the user
+// was added to it: its history is the user's to read now).
+func (d *dedupe) knowAndSync(chat string) {
+	d.mu.Lock()
+	d.chat(chat).catchUp = true
+	d.mu.Unlock()
+}
+
 // forget drops chat's state (the user is no longer a member).
 func (d *dedupe) forget(chat string) {
 	d.mu.Lock()

@@ -26,6 +26,53 @@ type Chat struct {
 	Kind    string   `json:"kind"` // KindDirect or KindGroup
 	Title   string   `json:"title"`
 	Members []string `json:"members"`
+	// CreatedBy is the group's creator: the one member who may remove
+	// others (RemoveMember); "" for direct chats.
+	CreatedBy string `json:"createdBy"`
+	// LastRead maps each member who has read anything to the messageId of
+	// its read marker (forward-only; PROTOCOL.md §3 read). It survives
+	// reloads and is the same on every device.
+	LastRead map[string]string `json:"lastRead"`
+	// Unread is the caller's count of messages after its own read marker
+	// that others sent, capped by the server (at 1,000). Only Chats (and
+	// the answers of the chat calls) fill it; in a ChatEvent it is 0 and
+	// HasUnread is false.
+	Unread int `json:"unread"`
+	// HasUnread reports whether the server sent Unread.
+	HasUnread bool `json:"-"`
+}
+
+// UnmarshalJSON decodes a chat and notes whether unread was present.
+func (ch *Chat) UnmarshalJSON(b []byte) error {
+	type plain Chat
+	var v struct {
+		plain
+		Unread *int `json:"unread"`
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	*ch = Chat(v.plain)
+	if v.Unread != nil {
+		ch.Unread, ch.HasUnread = *v.Unread, true
+	}
+	return nil
+}
+
+// Chat event kinds (ChatEvent.Event, PROTOCOL.md §3).
+const (
+	ChatAdded   = "added"
+	ChatRemoved = "removed"
+	ChatUpdated = "updated"
+)
+
+// ChatEvent is a chat frame: the membership of Chat changed. Event is
+// ChatAdded (this user was added), ChatRemoved (this user was removed, or
+// left on another device) or ChatUpdated (other members changed); Chat is
+// the chat after the change.
+type ChatEvent struct {
+	Event string `json:"event"`
+	Chat  Chat   `json:"chat"`
 }
 
 // maxResponseBytes bounds the HTTP answers the client decodes (a history
@@ -66,6 +113,34 @@ func (c *Client) AddMember(ctx context.Context, chatID, userID string) (Chat, er
 	var ch Chat
 	err := c.do(ctx, http.MethodPost, "/api/chats/"+url.PathEscape(chatID)+"/members", nil,
 		map[string]string{"userId": userID}, &ch)
+	return ch, err
+}
+
+// Leave removes the caller from the group chat chatID (DELETE
+// /api/chats/{chatId}/members/{me}, PROTOCOL.md §2) and returns the chat
+// without it. The chat is no longer synced after reconnects; its history
+// answers 403 until someone adds the caller again. A direct chat is an
+// *Error with Code "invalid"; a chat the caller is not in, "forbidden".
+func (c *Client) Leave(ctx context.Context, chatID string) (Chat, error) {
+	tok, _ := c.tok.get()
+	me := tokenSub(tok)
+	if me == "" {
+		return Chat{}, fmt.Errorf("client: leave: the token names no user (no sub claim)")
+	}
+	ch, err := c.RemoveMember(ctx, chatID, me)
+	if err == nil {
+		c.dd.forget(chatID)
+	}
+	return ch, err
+}
+
+// RemoveMember removes userID from the group chat chatID and returns the
+// chat after it (PROTOCOL.md §2): only the group's CreatedBy may remove
+// another member ("forbidden" otherwise); anyone may remove itself (see
+// Leave). Removing a user who is not a member changes nothing.
+func (c *Client) RemoveMember(ctx context.Context, chatID, userID string) (Chat, error) {
+	var ch Chat
+	err := c.do(ctx, http.MethodDelete, "/api/chats/"+url.PathEscape(chatID)+"/members/"+url.PathEscape(userID), nil, nil, &ch)
 	return ch, err
 }
 

@@ -24,6 +24,16 @@ type tokenState struct {
 	exp time.Time // zero: none, or not a JWT
 }
 
+// tokenSub reads the sub claim of a JWT without verifying it: the user
+// the server will see; "" when the token has none or is not a JWT.
+func tokenSub(tok string) string {
+	var claims jwt.RegisteredClaims
+	if _, _, err := jwt.NewParser().ParseUnverified(tok, &claims); err != nil {
+		return ""
+	}
+	return claims.Subject
+}
+
 // tokenExp reads the exp claim of a JWT without verifying it (the server
 // does that); the zero time when the token has none or is not a JWT.
 func tokenExp(tok string) time.Time {

@@ -53,6 +53,11 @@ type Config struct {
 	// message to a connection with the path ("fast" or "poll") and the
 	// time since the message was accepted. It must be cheap.
 	OnDelivered func(path string, sinceAccept time.Duration)
+	// OnExcluded, when set, is called with the chat after every Exclude,
+	// this process's and (with a shared index) every other process's, so
+	// the server drops what it caches about the chat's members. It must
+	// not block.
+	OnExcluded func(chatID string)
 }
 
 func (c Config) withDefaults() Config {
@@ -446,8 +451,14 @@ func (e *Engine) Broadcast(users []string, frame []byte, skip *Member) {
 }
 
 // onBroadcast queues frame to this process's connections of users (a
-// broadcast from another process).
-func (e *Engine) onBroadcast(users []string, frame []byte) { e.broadcastHere(users, frame, nil) }
+// broadcast from another process), or applies it when it is a control
+// message between engines (exclude.go).
+func (e *Engine) onBroadcast(users []string, frame []byte) {
+	if e.onControl(frame) {
+		return
+	}
+	e.broadcastHere(users, frame, nil)
+}
 
 func (e *Engine) broadcastHere(users []string, frame []byte, skip *Member) {
 	for _, m := range e.reg.ofUsers(users, skip) {

@@ -53,7 +53,8 @@ func (e *Engine) Handoff(batch []Committed) {
 				if d.Recipient == c.Message.SenderID && m.client.Device == c.Message.SenderDevice {
 					continue
 				}
-				it := fastItem{m: m, item: item{entry: waterline.Entry{MessageID: c.Message.ID, Partition: d.Partition, Pos: d.Pos}, frame: frame, sentAt: c.Message.SentAt}}
+				it := fastItem{m: m, item: item{entry: waterline.Entry{MessageID: c.Message.ID, Partition: d.Partition, Pos: d.Pos}, frame: frame,
+					chat: c.Message.ChatID, seq: c.Message.Seq, sentAt: c.Message.SentAt}}
 				select {
 				case e.fastQ[m.shard] <- it:
 				default:
@@ -133,6 +134,10 @@ func (e *Engine) deliverFast(batch []fastItem) {
 		}
 		if _, dup := m.ahead[k]; dup {
 			m.mu.Unlock()
+			continue
+		}
+		if m.excludedLocked(it.chat, it.seq) {
+			m.mu.Unlock() // removed from the chat: the poller passes it by
 			continue
 		}
 		switch m.reserveLocked(it.item, window) {

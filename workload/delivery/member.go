@@ -52,12 +52,26 @@ type Member struct {
 	// what its connection holds: the index mirrors it (Sent, Ack), and a
 	// rebuild restores the index from it.
 	out map[string]*outstanding
+	// excluded maps a chat the member's user was removed from to the
+	// removal's cutoff Seq (Engine.Exclude): messages of that chat at or
+	// below it are not delivered to this connection. Messages above it
+	// have outbox rows for the user only if it was added again.
+	excluded map[string]int64
+}
+
+// excludedLocked reports whether a message of chat with Seq seq is not to
+// be delivered to m (Engine.Exclude); the caller holds m.mu.
+func (m *Member) excludedLocked(chat string, seq int64) bool {
+	cut, ok := m.excluded[chat]
+	return ok && seq <= cut
 }
 
 // outstanding is one message in a member's push window.
 type outstanding struct {
 	entry      waterline.Entry
 	frame      []byte
+	chat       string // the message's chat and Seq, for Engine.Exclude
+	seq        int64
 	attempts   int       // sends so far; 0 while the first send is on its way
 	leaseUntil time.Time // when it is due again; zero before the first send
 }
@@ -83,7 +97,7 @@ func (m *Member) reserveLocked(it item, window int) slot {
 	if len(m.out) >= window {
 		return slotRefused
 	}
-	m.out[it.entry.MessageID] = &outstanding{entry: it.entry, frame: it.frame}
+	m.out[it.entry.MessageID] = &outstanding{entry: it.entry, frame: it.frame, chat: it.chat, seq: it.seq}
 	return slotTaken
 }
 
@@ -111,5 +125,7 @@ func (m *Member) catchUpLocked(p int32) {
 type item struct {
 	entry  waterline.Entry
 	frame  []byte
+	chat   string    // the message's chat
+	seq    int64     // the message's Seq
 	sentAt time.Time // the message's acceptance time; zero for re-deliveries
 }

@@ -128,6 +128,11 @@ func (e *Engine) redeliver(ctx context.Context) {
 // leave it waiting behind a full window.
 func (e *Engine) offerLocked(m *Member, r *outbox.Row, p int32, window int, now time.Time, it func() item) (send bool, full bool) {
 	k := pkey{p, r.Pos}
+	if m.excludedLocked(r.Message.ChatID, r.Message.Seq) {
+		delete(m.ahead, k)
+		m.horizon[p] = r.Pos // removed from the chat (Engine.Exclude): examined, not sent
+		return false, false
+	}
 	if _, sent := m.ahead[k]; sent {
 		delete(m.ahead, k) // the fast path sent it
 		m.horizon[p] = r.Pos
@@ -208,7 +213,8 @@ func (e *Engine) rowItem(r *outbox.Row, p int32, frames map[string][]byte) item 
 		f = MessageFrame(r.Message)
 		frames[r.Message.ID] = f
 	}
-	return item{entry: waterline.Entry{MessageID: r.Message.ID, Partition: p, Pos: r.Pos}, frame: f, sentAt: r.Message.SentAt}
+	return item{entry: waterline.Entry{MessageID: r.Message.ID, Partition: p, Pos: r.Pos}, frame: f,
+		chat: r.Message.ChatID, seq: r.Message.Seq, sentAt: r.Message.SentAt}
 }
 
 // catchUp delivers, oldest first, the rows waiting for members that fell

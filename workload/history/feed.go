@@ -22,10 +22,11 @@ type Feed interface {
 	// have gaps (rolled-back transactions, purged history).
 	//
 	// Members are read at the time of the call, not at the message's
-	// commit. Members are never removed, so the list holds every member
-	// the message had at commit, plus any added since (who may read the
-	// message in history anyway); a relay that lags by milliseconds sees
-	// the commit-time list in practice.
+	// commit: members added since are included (they may read the message
+	// in history anyway), members removed since are not (they may not). A
+	// message committed after a removal never lists the removed member;
+	// a relay that lags by milliseconds sees the commit-time list in
+	// practice.
 	HistoryAfter(ctx context.Context, seq int64, limit int) ([]Committed, error)
 }
 

@@ -22,18 +22,38 @@ var (
 	// ErrInvalid: the request breaks a rule (for example adding a member to a
 	// direct chat); the wrapped message says which.
 	ErrInvalid = errors.New("history: invalid")
+	// ErrForbidden: the caller is a member but the rule does not let it do
+	// this (removing another member of a group it did not create).
+	ErrForbidden = errors.New("history: forbidden")
 	// ErrUnavailable: the store could not be reached or failed; nothing was
 	// written. Callers answer "overloaded" to sends and 503 to HTTP calls.
 	ErrUnavailable = errors.New("history: store unavailable")
 )
 
+// MaxUnread caps Chat.Unread: counting stops there, so the count costs at
+// most this many index entries per chat however long the history
+// (PROTOCOL.md §2 allows a cap of 1,000 or more).
+const MaxUnread = 1000
+
 // Chat is a conversation. Members are user ids, sorted ascending.
 type Chat struct {
-	ID        string
-	Kind      string // KindDirect or KindGroup
-	Title     string // empty for direct chats
+	ID    string
+	Kind  string // KindDirect or KindGroup
+	Title string // empty for direct chats
+	// CreatedBy is the user who created the chat: the one who may remove
+	// other members of a group (PROTOCOL.md §2). Empty for direct chats
+	// and for chats created before it was recorded.
+	CreatedBy string
 	Members   []string
 	CreatedAt time.Time
+	// LastRead maps each current member who has read anything to the
+	// messageId of its read marker (PROTOCOL.md §3 read: forward-only by
+	// Seq). Filled by ChatsOf; nil elsewhere.
+	LastRead map[string]string
+	// Unread is, for the user ChatsOf was asked about, the number of
+	// messages after its own read marker sent by others, capped at
+	// MaxUnread. Filled by ChatsOf; 0 elsewhere.
+	Unread int
 }
 
 // HasMember reports whether user is in c.Members.
@@ -122,8 +142,28 @@ type Store interface {
 	ChatsOf(ctx context.Context, user string) ([]Chat, error)
 	// AddMember adds user to a group chat; by must be a member (else
 	// ErrNotMember), direct chats give ErrInvalid, unknown chats
-	// ErrNotFound. Adding an existing member is a no-op.
+	// ErrNotFound. Adding an existing member is a no-op. The change
+	// serializes with Commit: a message whose commit follows AddMember's
+	// return has the new member among its recipients.
 	AddMember(ctx context.Context, chatID, by, user string) (Chat, error)
+	// RemoveMember removes user from a group chat on behalf of by
+	// (PROTOCOL.md §2 DELETE members): by == user is leaving; otherwise by
+	// must be the chat's CreatedBy (else ErrForbidden). Errors, in the
+	// order checked: ErrInvalid for bad ids, ErrNotFound for an unknown
+	// chat, ErrNotMember when by is not a member, ErrInvalid for a direct
+	// chat, ErrForbidden. Removing a user who is not a member changes
+	// nothing. It returns the chat after the change and cutoff, the
+	// highest Seq committed before the removal: every message of the chat
+	// with a Seq above cutoff was committed without user among its
+	// recipients (membership is read in Commit's transaction, and the
+	// removal serializes with it), unless user was added again.
+	RemoveMember(ctx context.Context, chatID, by, user string) (chat Chat, cutoff int64, err error)
+	// ReadMarks returns the read markers of chatID's current members
+	// (member -> messageId), as Chat.LastRead; an unknown chat has none.
+	ReadMarks(ctx context.Context, chatID string) (map[string]string, error)
+	// IsMember reports whether user is a member of chatID now, reading the
+	// store (one index probe). An unknown chat is ErrNotFound.
+	IsMember(ctx context.Context, chatID, user string) (bool, error)
 
 	// Commit stores a batch of drafts in ONE transaction: for each draft in
 	// order, an idempotency check on (SenderID, CorrelationID) (a taken key
@@ -149,8 +189,11 @@ type Store interface {
 	// wraps ErrUnavailable only.
 	MessageSeq(ctx context.Context, chatID, messageID string) (seq int64, ok bool, err error)
 
-	// SaveReads records read receipts (the latest messageId per (chat,
-	// user)) in one transaction.
+	// SaveReads records read receipts in one transaction (the group
+	// commit of read receipts). Per (chat, user) the marker only moves
+	// forward: a receipt is stored when its Seq is above the stored one
+	// (PROTOCOL.md §3); a receipt from a user who is not a member of the
+	// chat when the transaction runs is dropped. Neither is an error.
 	SaveReads(ctx context.Context, reads []Read) error
 
 	// PurgeHistory deletes history rows sent before cutoff, at most limit
@@ -168,5 +211,11 @@ type Read struct {
 	ChatID    string
 	UserID    string
 	MessageID string
-	At        time.Time
+	// Seq is MessageID's Seq (Store.MessageSeq): the order read markers
+	// move forward by.
+	Seq int64
+	// Device is the reading connection's device; the receipt is echoed to
+	// the user's other devices, not to it. Not stored.
+	Device string
+	At     time.Time
 }

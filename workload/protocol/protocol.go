@@ -25,6 +25,7 @@ const (
 	TypeRefreshed = "refreshed"
 	TypeAccepted  = "accepted"
 	TypeMessage   = "message"
+	TypeChat      = "chat"
 	TypeError     = "error"
 )
 
@@ -105,6 +106,41 @@ type Read struct {
 	ChatID    string `json:"chatId"`
 	UserID    string `json:"userId,omitempty"`
 	MessageID string `json:"messageId"`
+}
+
+// Chat is a chat on the wire (PROTOCOL.md §2): in GET /api/chats, in the
+// answers of the chat calls and in chat events.
+type Chat struct {
+	ChatID  string   `json:"chatId"`
+	Kind    string   `json:"kind"` // "direct" or "group"
+	Title   string   `json:"title"`
+	Members []string `json:"members"`
+	// CreatedBy is the group's creator, who may remove other members; ""
+	// for direct chats.
+	CreatedBy string `json:"createdBy"`
+	// LastRead maps each member who has read anything to the messageId of
+	// its read marker (§3 read, forward-only). Never null.
+	LastRead map[string]string `json:"lastRead"`
+	// Unread counts, for the caller, the messages after its own read
+	// marker that others sent, capped at 1,000. Present in GET /api/chats
+	// and the chat call answers; absent from chat events, which go to
+	// many users at once (a client keeps its own count from there).
+	Unread *int `json:"unread,omitempty"`
+}
+
+// Chat event kinds (ChatEvent.Event).
+const (
+	ChatAdded   = "added"   // to the devices of the user added
+	ChatRemoved = "removed" // to the devices of the user removed (or who left)
+	ChatUpdated = "updated" // to the devices of the chat's other members
+)
+
+// ChatEvent tells a client that a chat's membership changed (PROTOCOL.md
+// §3): {"type":"chat","event":"added"|"removed"|"updated","chat":{...}}.
+type ChatEvent struct {
+	Type  string `json:"type"`
+	Event string `json:"event"`
+	Chat  Chat   `json:"chat"`
 }
 
 // Refresh replaces the connection's token (PROTOCOL.md §1): a valid token

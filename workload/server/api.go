@@ -26,21 +26,23 @@ const (
 	requestTimeout   = 10 * time.Second
 )
 
-// chatJSON is a chat on the wire (PROTOCOL.md §2).
-type chatJSON struct {
-	ChatID  string   `json:"chatId"`
-	Kind    string   `json:"kind"`
-	Title   string   `json:"title"`
-	Members []string `json:"members"`
-}
-
-func toChatJSON(c history.Chat) chatJSON {
+// toChatJSON is c on the wire (PROTOCOL.md §2). unread, when not nil, is
+// the caller's count; lastRead nil is sent as {}.
+func toChatJSON(c history.Chat, unread *int) protocol.Chat {
 	members := c.Members
 	if members == nil {
 		members = []string{}
 	}
-	return chatJSON{ChatID: c.ID, Kind: c.Kind, Title: c.Title, Members: members}
+	lastRead := c.LastRead
+	if lastRead == nil {
+		lastRead = map[string]string{}
+	}
+	return protocol.Chat{ChatID: c.ID, Kind: c.Kind, Title: c.Title, Members: members,
+		CreatedBy: c.CreatedBy, LastRead: lastRead, Unread: unread}
 }
+
+// zero is the unread count of a chat just created.
+func zero() *int { n := 0; return &n }
 
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
@@ -52,6 +54,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("POST /api/chats", s.authed(s.handleCreateChat))
 	mux.HandleFunc("GET /api/chats", s.authed(s.handleListChats))
 	mux.HandleFunc("POST /api/chats/{chatId}/members", s.authed(s.handleAddMember))
+	mux.HandleFunc("DELETE /api/chats/{chatId}/members/{userId}", s.authed(s.handleRemoveMember))
 	mux.HandleFunc("GET /api/chats/{chatId}/messages", s.authed(s.handleMessages))
 	mux.HandleFunc("GET /ws", s.handleWS)
 	mux.HandleFunc("GET /admin/stats", s.adminOnly(s.handleAdminStats))
@@ -170,7 +173,7 @@ func (s *Server) handleCreateChat(w http.ResponseWriter, r *http.Request, user s
 		if created {
 			status = http.StatusCreated
 		}
-		writeJSON(w, status, toChatJSON(chat))
+		writeJSON(w, status, toChatJSON(chat, zero()))
 	case history.KindGroup:
 		if len(req.Title) > 200 || !text.Valid(req.Title) {
 			writeError(w, protocol.CodeInvalid, "title must be at most 200 bytes of UTF-8 without U+0000")
@@ -185,7 +188,7 @@ func (s *Server) handleCreateChat(w http.ResponseWriter, r *http.Request, user s
 			writeStoreError(w, err)
 			return
 		}
-		writeJSON(w, http.StatusCreated, toChatJSON(chat))
+		writeJSON(w, http.StatusCreated, toChatJSON(chat, zero()))
 	default:
 		writeError(w, protocol.CodeInvalid, `kind must be "direct" or "group"`)
 	}
@@ -197,9 +200,9 @@ func (s *Server) handleListChats(w http.ResponseWriter, r *http.Request, user st
 		writeStoreError(w, err)
 		return
 	}
-	out := make([]chatJSON, 0, len(chats))
+	out := make([]protocol.Chat, 0, len(chats))
 	for _, c := range chats {
-		out = append(out, toChatJSON(c))
+		out = append(out, toChatJSON(c, &c.Unread))
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"chats": out})
 }
@@ -210,6 +213,9 @@ func validChatID(id string) bool {
 	return text.ID("chatId", id, protocol.MaxIDLen) == nil
 }
 
+// handleAddMember is POST /api/chats/{chatId}/members (PROTOCOL.md §2):
+// 200 with the chat as the caller sees it; the added user's devices get a
+// chat "added" event, the other members' "updated" (§3), on every process.
 func (s *Server) handleAddMember(w http.ResponseWriter, r *http.Request, user string) {
 	chatID := r.PathValue("chatId")
 	if !validChatID(chatID) {
@@ -226,13 +232,115 @@ func (s *Server) handleAddMember(w http.ResponseWriter, r *http.Request, user st
 		writeError(w, protocol.CodeInvalid, "userId: "+clientMessage(err))
 		return
 	}
+	// Whether the call changes anything decides the events only; a race
+	// with another addition of the same user sends an extra event, which
+	// a client applies idempotently.
+	was, err := s.store.IsMember(r.Context(), chatID, req.UserID)
+	if err != nil && !errors.Is(err, history.ErrNotFound) {
+		writeStoreError(w, err)
+		return
+	}
 	chat, err := s.store.AddMember(r.Context(), chatID, user, req.UserID)
 	if err != nil {
 		writeStoreError(w, err)
 		return
 	}
 	s.chats.put(chat)
-	writeJSON(w, http.StatusOK, toChatJSON(chat))
+	if !was {
+		s.chatEvents(r.Context(), chat, req.UserID, protocol.ChatAdded)
+	}
+	writeJSON(w, http.StatusOK, s.callerView(r.Context(), chat, user))
+}
+
+// handleRemoveMember is DELETE /api/chats/{chatId}/members/{userId}
+// (PROTOCOL.md §2): leave (userId is the caller) or removal by the group's
+// creator; group chats only. 200 with the chat after the change; 400
+// invalid for bad ids or a direct chat, 403 forbidden for a non-member or
+// a member removing another member of a group it did not create, 404 for
+// an unknown chat. The removed user's connections stop receiving the
+// chat's messages at once, on every process (delivery.Engine.Exclude); its
+// devices get a chat "removed" event, the remaining members' "updated".
+func (s *Server) handleRemoveMember(w http.ResponseWriter, r *http.Request, user string) {
+	chatID := r.PathValue("chatId")
+	if !validChatID(chatID) {
+		writeError(w, protocol.CodeInvalid, "chatId must be 1..128 bytes of valid UTF-8 without U+0000")
+		return
+	}
+	target := r.PathValue("userId")
+	if err := auth.ValidUser(target); err != nil {
+		writeError(w, protocol.CodeInvalid, "userId: "+clientMessage(err))
+		return
+	}
+	was, err := s.store.IsMember(r.Context(), chatID, target)
+	if err != nil && !errors.Is(err, history.ErrNotFound) {
+		writeStoreError(w, err)
+		return
+	}
+	chat, cutoff, err := s.store.RemoveMember(r.Context(), chatID, user, target)
+	if err != nil {
+		writeStoreError(w, err)
+		return
+	}
+	s.chats.forget(chatID)
+	if was {
+		// Before the answer: the exclusion is published to the other
+		// processes, then applied here.
+		if err := s.engine.Exclude(r.Context(), target, chatID, cutoff); err != nil {
+			s.log.Warn("member removed; the other processes were not told to drop its pending messages (they stop at its next reconnect)", "chat", chatID, "user", target, "err", err)
+		}
+		s.chatEvents(r.Context(), chat, target, protocol.ChatRemoved)
+	}
+	if user == target {
+		writeJSON(w, http.StatusOK, toChatJSON(chat, nil))
+		return
+	}
+	writeJSON(w, http.StatusOK, s.callerView(r.Context(), chat, user))
+}
+
+// callerView is chat on the wire with its read markers and, when the
+// caller's chat list can be read, its unread count; a failure to read them
+// leaves them out rather than failing a change that was made.
+func (s *Server) callerView(ctx context.Context, chat history.Chat, user string) protocol.Chat {
+	if chats, err := s.store.ChatsOf(ctx, user); err == nil {
+		for _, c := range chats {
+			if c.ID == chat.ID {
+				return toChatJSON(c, &c.Unread)
+			}
+		}
+	}
+	if marks, err := s.store.ReadMarks(ctx, chat.ID); err == nil {
+		chat.LastRead = marks
+	}
+	return toChatJSON(chat, nil)
+}
+
+// chatEvents sends the chat events of a membership change of changed
+// (PROTOCOL.md §3): event (added or removed) to changed's devices, updated
+// to the devices of chat's other members, on this process and, published
+// before this returns, on the others of a fleet. chat is the chat after
+// the change, with its read markers; events carry no unread count.
+func (s *Server) chatEvents(ctx context.Context, chat history.Chat, changed, event string) {
+	if marks, err := s.store.ReadMarks(ctx, chat.ID); err == nil {
+		chat.LastRead = marks
+	}
+	wire := toChatJSON(chat, nil)
+	others := make([]string, 0, len(chat.Members))
+	for _, m := range chat.Members {
+		if m != changed {
+			others = append(others, m)
+		}
+	}
+	send := func(users []string, event string) {
+		if len(users) == 0 {
+			return
+		}
+		frame := protocol.Encode(protocol.ChatEvent{Type: protocol.TypeChat, Event: event, Chat: wire})
+		if err := s.engine.BroadcastNow(ctx, users, frame); err != nil {
+			s.log.Warn("chat event not published to the other processes", "chat", chat.ID, "event", event, "err", err)
+		}
+	}
+	send([]string{changed}, event)
+	send(others, protocol.ChatUpdated)
 }
 
 func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request, user string) {
@@ -258,7 +366,9 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request, user str
 	if len(since) > protocol.MaxIDLen || !text.Valid(since) {
 		since = "" // unresolvable: full sync (PROTOCOL.md §4)
 	}
-	ok, err := s.chats.isMember(r.Context(), chatID, user)
+	// Read from the store, not the chat cache: a member removed a moment
+	// ago, on any process, gets 403 at once (PROTOCOL.md §2).
+	ok, err := s.store.IsMember(r.Context(), chatID, user)
 	if err != nil {
 		writeStoreError(w, err)
 		return

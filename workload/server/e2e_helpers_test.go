@@ -270,10 +270,13 @@ func (e *env) outboxDepth() int64 {
 
 // chatJSON is a chat as PROTOCOL.md §2 shows it.
 type chatJSON struct {
-	ChatID  string   `json:"chatId"`
-	Kind    string   `json:"kind"`
-	Title   string   `json:"title"`
-	Members []string `json:"members"`
+	ChatID    string            `json:"chatId"`
+	Kind      string            `json:"kind"`
+	Title     string            `json:"title"`
+	Members   []string          `json:"members"`
+	CreatedBy string            `json:"createdBy"`
+	LastRead  map[string]string `json:"lastRead"`
+	Unread    *int              `json:"unread"`
 }
 
 // msgJSON is a history message (the message frame without type).

@@ -1233,7 +1233,7 @@ func TestE2EHTTPChats(t *testing.T) {
 		if status != http.StatusCreated {
 			t.Fatalf("first direct: %d %s, want 201", status, raw)
 		}
-		expectKeys(t, "chat", raw, "chatId", "kind", "title", "members")
+		expectKeys(t, "chat", raw, "chatId", "createdBy", "kind", "lastRead", "members", "title", "unread")
 		d1 := decode[chatJSON](t, raw)
 		if d1.Kind != "direct" || !slices.Equal(sorted(d1.Members), []string{"alice", "bob"}) || d1.ChatID == "" {
 			t.Errorf("direct chat = %+v", d1)

@@ -16,7 +16,7 @@ func codeOf(err error) string {
 	switch {
 	case errors.Is(err, history.ErrNotFound):
 		return protocol.CodeNotFound
-	case errors.Is(err, history.ErrNotMember):
+	case errors.Is(err, history.ErrNotMember), errors.Is(err, history.ErrForbidden):
 		return protocol.CodeForbidden
 	case errors.Is(err, history.ErrInvalid):
 		return protocol.CodeInvalid
@@ -31,7 +31,7 @@ func codeOf(err error) string {
 // wrong) and the code.
 var sentinelPrefixes = []string{
 	history.ErrInvalid.Error() + ": ", history.ErrNotFound.Error() + ": ",
-	history.ErrNotMember.Error() + ": ", text.ErrInvalid.Error() + ": ",
+	history.ErrNotMember.Error() + ": ", history.ErrForbidden.Error() + ": ", text.ErrInvalid.Error() + ": ",
 }
 
 // clientMessage is err's text for a client, in its terms: "not a member of

@@ -282,6 +282,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s.metrics.SetBuildInfo(s.storeKind, s.outboxKind, s.indexKind)
 	dcfg := cfg.Delivery
 	dcfg.OnDelivered = s.metrics.Delivered
+	dcfg.OnExcluded = s.chats.forget
 	s.engine, err = delivery.New(s.outbox, s.index, s.Tuning, dcfg, log)
 	if err != nil {
 		s.closer()
@@ -704,7 +705,8 @@ func (s *Server) noteConnection(user, device string) {
 	s.metrics.Connection(again)
 }
 
-// broadcastReads forwards saved read receipts to the chats' other members.
+// broadcastReads forwards saved read receipts to the chats' members: the
+// other members and the reader's other devices.
 func (s *Server) broadcastReads(reads []history.Read) {
 	s.metrics.ReadReceipts(len(reads))
 	for _, r := range reads {
@@ -712,20 +714,19 @@ func (s *Server) broadcastReads(reads []history.Read) {
 		if err != nil {
 			continue
 		}
-		others := members[:0:0]
-		for _, m := range members {
-			if m != r.UserID {
-				others = append(others, m)
-			}
-		}
 		frame := protocol.Encode(protocol.Read{Type: protocol.TypeRead, ChatID: r.ChatID, UserID: r.UserID, MessageID: r.MessageID})
-		s.engine.Broadcast(others, frame, nil)
+		// The reader's other devices too (PROTOCOL.md §3), not the reading
+		// connection.
+		s.engine.BroadcastFrom(members, frame, r.UserID, r.Device)
 	}
 }
 
-// chatCache caches chat membership for a short TTL. Membership only grows
-// (there is no removal), so a cached member list can only lack members
-// added since; it never grants access that does not exist.
+// chatCache caches chat membership for a short TTL, for the hot paths
+// (the fan-out budget, read receipts and their broadcast). A member added
+// since is found by isMember's re-check; a member removed is dropped at
+// once on every process (forget, called by the removal here and by
+// delivery's Config.OnExcluded for removals elsewhere). History access
+// does not use it: it asks the store (handleMessages).
 type chatCache struct {
 	store     history.Store
 	ttl       time.Duration
@@ -765,6 +766,13 @@ func (c *chatCache) put(chat history.Chat) {
 		c.m = map[string]cachedChat{}
 	}
 	c.m[chat.ID] = cachedChat{members: chat.Members, at: time.Now()}
+}
+
+// forget drops chatID's entry (its members changed).
+func (c *chatCache) forget(chatID string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.m, chatID)
 }
 
 // isMember reports whether user belongs to chatID; a cached negative is

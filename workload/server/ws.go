@@ -548,11 +548,12 @@ func (c *session) handleSend(ctx context.Context, m *protocol.Send, t config.Tun
 func (c *session) handleRead(ctx context.Context, r *protocol.Read) {
 	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	if _, code, msg := c.srv.readTarget(rctx, c.user, r.ChatID, r.MessageID); code != "" {
+	seq, code, msg := c.srv.readTarget(rctx, c.user, r.ChatID, r.MessageID)
+	if code != "" {
 		c.sendError("", code, msg)
 		return
 	}
-	rr := history.Read{ChatID: r.ChatID, UserID: c.user, MessageID: r.MessageID, At: time.Now().UTC()}
+	rr := history.Read{ChatID: r.ChatID, UserID: c.user, MessageID: r.MessageID, Seq: seq, Device: c.device, At: time.Now().UTC()}
 	// The decoder refused ids the stores refuse (package text); should a
 	// store still refuse this receipt, it fails alone (ingest saves the
 	// rest of its batch) and its sender is told.

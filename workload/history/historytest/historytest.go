@@ -51,6 +51,8 @@ func Run(t *testing.T, newStore func(t *testing.T) history.Store) {
 		{"PurgeHistory", testPurgeHistory},
 		{"SaveReads", testSaveReads},
 		{"MessageSeq", testMessageSeq},
+		{"RemoveMember", testRemoveMember},
+		{"ReadState", testReadState},
 		{"Ping", testPing},
 	}
 	for _, tc := range tests {

@@ -32,14 +32,14 @@ func validUser(what, id string) error { return history.CheckUser(what, id) }
 
 // chatColumns reads a chat with its members sorted, in one statement (one
 // snapshot). The alias of chats must be c.
-const chatColumns = `c.id, c.kind, c.title, c.created_at,
+const chatColumns = `c.id, c.kind, c.title, c.created_by, c.created_at,
 	array(SELECT m.user_id FROM members AS m WHERE m.chat_id = c.id ORDER BY m.user_id)`
 
 // scanChat scans chatColumns.
 func scanChat(row pgx.Row) (history.Chat, error) {
 	var c history.Chat
 	var created int64
-	if err := row.Scan(&c.ID, &c.Kind, &c.Title, &created, &c.Members); err != nil {
+	if err := row.Scan(&c.ID, &c.Kind, &c.Title, &c.CreatedBy, &created, &c.Members); err != nil {
 		return history.Chat{}, err
 	}
 	c.CreatedAt = fromNanos(created)
@@ -152,14 +152,15 @@ func (db *DB) CreateGroup(ctx context.Context, creator, title string, members []
 		ID:        newChatID(),
 		Kind:      history.KindGroup,
 		Title:     title,
+		CreatedBy: creator,
 		Members:   all,
 		CreatedAt: fromNanos(nanos(time.Now())),
 	}
 	if _, err := db.pool.Exec(ctx, `WITH c AS (
-			INSERT INTO chats (id, kind, title, created_at) VALUES ($1, 'group', $2, $3)
+			INSERT INTO chats (id, kind, title, created_by, created_at) VALUES ($1, 'group', $2, $5, $3)
 		)
 		INSERT INTO members (chat_id, user_id) SELECT $1, unnest($4::text[])`,
-		c.ID, c.Title, nanos(c.CreatedAt), all); err != nil {
+		c.ID, c.Title, nanos(c.CreatedAt), all, creator); err != nil {
 		return history.Chat{}, unavailable("create group", err)
 	}
 	return c, nil
@@ -182,19 +183,35 @@ func (db *DB) Chat(ctx context.Context, chatID string) (history.Chat, error) {
 }
 
 // ChatsOf lists the chats user is a member of, oldest first (by creation
-// time, then id), each with its members sorted, from one snapshot. An
-// unknown user has no chats; an invalid user id gives ErrInvalid.
+// time, then id), each with its members sorted, CreatedBy, LastRead (the
+// read markers of its current members) and Unread (for user: messages
+// after its marker that others sent, capped at history.MaxUnread), in one
+// statement (one snapshot). The unread count of a chat ranges over the
+// history_unread index (chat_id, id) INCLUDE (sender_id) after the marker
+// and stops at MaxUnread matches. An unknown user has no chats; an invalid
+// user id gives ErrInvalid.
 func (db *DB) ChatsOf(ctx context.Context, user string) ([]history.Chat, error) {
 	if err := validUser("user id", user); err != nil {
 		return nil, err
 	}
-	rows, err := db.pool.Query(ctx, `SELECT `+chatColumns+`
-		FROM members AS me JOIN chats AS c ON c.id = me.chat_id
-		WHERE me.user_id = $1 ORDER BY c.created_at, c.id`, user)
+	rows, err := db.pool.Query(ctx, chatsOfQuery, user, int64(history.MaxUnread))
 	if err != nil {
 		return nil, unavailable("chats of", err)
 	}
-	chats, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (history.Chat, error) { return scanChat(row) })
+	chats, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (history.Chat, error) {
+		var c history.Chat
+		var created int64
+		var readers, reads []string
+		if err := row.Scan(&c.ID, &c.Kind, &c.Title, &c.CreatedBy, &created, &c.Members, &readers, &reads, &c.Unread); err != nil {
+			return history.Chat{}, err
+		}
+		c.CreatedAt = fromNanos(created)
+		c.LastRead = make(map[string]string, len(readers))
+		for i, u := range readers {
+			c.LastRead[u] = reads[i]
+		}
+		return c, nil
+	})
 	if err != nil {
 		return nil, unavailable("chats of", err)
 	}
@@ -204,6 +221,61 @@ func (db *DB) ChatsOf(ctx context.Context, user string) ([]history.Chat, error) 
 	return chats, nil
 }
 
+// chatsOfQuery lists the chats of $1 with their read markers and $1's
+// unread count up to $2 (TestUnreadPlan checks that the count ranges over
+// history_unread).
+const chatsOfQuery = `SELECT ` + chatColumns + `,
+		array(SELECT r.user_id FROM reads AS r JOIN members AS o ON o.chat_id = r.chat_id AND o.user_id = r.user_id
+			WHERE r.chat_id = c.id ORDER BY r.user_id),
+		array(SELECT r.message_id FROM reads AS r JOIN members AS o ON o.chat_id = r.chat_id AND o.user_id = r.user_id
+			WHERE r.chat_id = c.id ORDER BY r.user_id),
+		(SELECT count(*) FROM (SELECT 1 FROM history AS h
+			WHERE h.chat_id = c.id AND h.sender_id <> $1
+			  AND h.id > coalesce((SELECT r.seq FROM reads AS r WHERE r.chat_id = c.id AND r.user_id = $1), 0)
+			ORDER BY h.id LIMIT $2) AS u)
+	FROM members AS me JOIN chats AS c ON c.id = me.chat_id
+	WHERE me.user_id = $1 ORDER BY c.created_at, c.id`
+
+// ReadMarks implements history.Store: the read markers of chatID's
+// current members, one range of the reads primary key.
+func (db *DB) ReadMarks(ctx context.Context, chatID string) (map[string]string, error) {
+	marks := map[string]string{}
+	if !storable(chatID) {
+		return marks, nil
+	}
+	rows, err := db.pool.Query(ctx, `SELECT r.user_id, r.message_id FROM reads AS r
+		JOIN members AS m ON m.chat_id = r.chat_id AND m.user_id = r.user_id WHERE r.chat_id = $1`, chatID)
+	if err != nil {
+		return nil, unavailable("read marks", err)
+	}
+	var u, id string
+	if _, err := pgx.ForEachRow(rows, []any{&u, &id}, func() error { marks[u] = id; return nil }); err != nil {
+		return nil, unavailable("read marks", err)
+	}
+	return marks, nil
+}
+
+// IsMember reports whether user is a member of chatID, reading the store
+// (one probe of the members primary key). An unknown chat is ErrNotFound.
+func (db *DB) IsMember(ctx context.Context, chatID, user string) (bool, error) {
+	if !storable(chatID) {
+		return false, fmt.Errorf("%w: chat %q", history.ErrNotFound, chatID)
+	}
+	if !storable(user) {
+		return false, nil
+	}
+	var chat, member bool
+	err := db.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM chats WHERE id = $1),
+		EXISTS (SELECT 1 FROM members WHERE chat_id = $1 AND user_id = $2)`, chatID, user).Scan(&chat, &member)
+	if err != nil {
+		return false, unavailable("is member", err)
+	}
+	if !chat {
+		return false, fmt.Errorf("%w: chat %q", history.ErrNotFound, chatID)
+	}
+	return member, nil
+}
+
 // AddMember adds user to the group chatID on behalf of by and returns the
 // chat. Errors, in the order checked: ErrInvalid for bad user ids,
 // ErrNotFound for an unknown chat, ErrNotMember when by is not a member,
@@ -211,7 +283,10 @@ func (db *DB) ChatsOf(ctx context.Context, user string) ([]history.Chat, error) 
 // Adding an existing member changes nothing. The chat row is locked (FOR NO
 // KEY UPDATE, which does not block Commit's foreign key checks) so
 // concurrent additions to one group cannot overshoot MaxGroupMembers, and
-// the membership epoch is bumped in the same transaction.
+// the membership epoch is bumped in the same transaction. The transaction
+// takes the append lock (AppendLockKey) first, as RemoveMember does, so it
+// serializes with Commit's write: a commit that follows AddMember's return
+// sees the new epoch and the new member.
 func (db *DB) AddMember(ctx context.Context, chatID, by, user string) (history.Chat, error) {
 	if err := validUser("user id", by); err != nil {
 		return history.Chat{}, err
@@ -232,6 +307,12 @@ func (db *DB) AddMember(ctx context.Context, chatID, by, user string) (history.C
 	// for the lock still sees the member list of its own snapshot, taken
 	// before the wait, so two concurrent additions at the limit would both
 	// count 999 (TestGroupLimits caught it, about one run in six).
+	// The append lock first, as RemoveMember takes it: changes of one
+	// chat's members never interleave, and none interleaves with a
+	// commit's write.
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, AppendLockKey); err != nil {
+		return history.Chat{}, unavailable("add member", err)
+	}
 	var locked string
 	err = tx.QueryRow(ctx, `SELECT id FROM chats WHERE id = $1 FOR NO KEY UPDATE`, chatID).Scan(&locked)
 	var c history.Chat
@@ -269,4 +350,68 @@ func (db *DB) AddMember(ctx context.Context, chatID, by, user string) (history.C
 	i, _ := slices.BinarySearch(c.Members, user)
 	c.Members = slices.Insert(c.Members, i, user)
 	return c, nil
+}
+
+// RemoveMember removes user from the group chatID on behalf of by
+// (history.Store.RemoveMember: leave, or removal by the creator) and
+// returns the chat after it and the cutoff Seq. Errors as for AddMember,
+// plus ErrForbidden when by removes another member of a chat it did not
+// create (history.CheckRemove); removing a non-member changes nothing.
+//
+// Serializing with Commit: the transaction takes the append lock
+// (AppendLockKey) first, the lock Commit's write round trip holds from
+// its insert to its COMMIT. A commit holding it finishes first, and its
+// messages are at or below cutoff (read under the lock). A commit that
+// waits for it takes the statement snapshot of its insert after the
+// removal committed, so the insert's epoch check fails and Commit reads
+// the member list again, without user. Either way a message committed
+// after RemoveMember returned never has user among its recipients.
+func (db *DB) RemoveMember(ctx context.Context, chatID, by, user string) (history.Chat, int64, error) {
+	if err := validUser("user id", by); err != nil {
+		return history.Chat{}, 0, err
+	}
+	if err := validUser("member id", user); err != nil {
+		return history.Chat{}, 0, err
+	}
+	if !storable(chatID) {
+		return history.Chat{}, 0, fmt.Errorf("%w: chat %q", history.ErrNotFound, chatID)
+	}
+	tx, err := db.pool.Begin(ctx)
+	if err != nil {
+		return history.Chat{}, 0, unavailable("remove member", err)
+	}
+	defer txRollback(tx)
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, AppendLockKey); err != nil {
+		return history.Chat{}, 0, unavailable("remove member", err)
+	}
+	c, err := scanChat(tx.QueryRow(ctx, `SELECT `+chatColumns+` FROM chats AS c WHERE c.id = $1`, chatID))
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return history.Chat{}, 0, fmt.Errorf("%w: chat %q", history.ErrNotFound, chatID)
+	case err != nil:
+		return history.Chat{}, 0, unavailable("remove member", err)
+	}
+	if err := history.CheckRemove(c, by, user); err != nil {
+		return history.Chat{}, 0, err
+	}
+	var cutoff int64
+	if err := tx.QueryRow(ctx, `SELECT coalesce(max(id), 0) FROM history`).Scan(&cutoff); err != nil {
+		return history.Chat{}, 0, unavailable("remove member", err)
+	}
+	if !c.HasMember(user) {
+		return c, cutoff, nil // the deferred rollback ends the transaction
+	}
+	b := &pgx.Batch{}
+	b.Queue(`DELETE FROM members WHERE chat_id = $1 AND user_id = $2`, chatID, user)
+	// Invalidates every process's cache of member lists (see Commit).
+	b.Queue(`UPDATE membership_epoch SET epoch = epoch + 1 WHERE id = 1`)
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return history.Chat{}, 0, unavailable("remove member", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return history.Chat{}, 0, unavailable("remove member", err)
+	}
+	i, _ := slices.BinarySearch(c.Members, user)
+	c.Members = slices.Delete(c.Members, i, i+1)
+	return c, cutoff, nil
 }

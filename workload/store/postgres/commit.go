@@ -592,7 +592,8 @@ func commitTag(tag interface{ String() string }, err error) error {
 const maxCachedChats = 100_000
 
 // memberCache maps chat ids to sorted member lists, all read at or after
-// one membership epoch. Members are never removed, so an entry is exact
+// one membership epoch. Every member change (AddMember, RemoveMember)
+// bumps the epoch in its transaction, so an entry is exact
 // until the epoch moves. The epoch only goes forward.
 type memberCache struct {
 	mu    sync.Mutex

@@ -19,7 +19,7 @@ var (
 
 // pageQuery reads a page of a chat ($1) after the message $2, resolved to
 // its sequence only within the chat (0 when it does not resolve), limit $3.
-// It ranges over the history_chat index (chat_id, id).
+// It ranges over the history_unread index (chat_id, id).
 const pageQuery = `SELECT id, message_id, sender_id, sender_device, correlation_id, body, sent_at
 	FROM history
 	WHERE chat_id = $1
@@ -79,12 +79,15 @@ func (db *DB) Page(ctx context.Context, chatID, sinceID string, limit int) ([]hi
 	return msgs, false, nil
 }
 
-// SaveReads upserts the read receipts with one statement: per (ChatID,
-// UserID) the row keeps the receipt with the latest At (a later receipt in
-// the same call wins a tie). A receipt that history.CheckRead refuses (an
-// empty or over-long id, NUL, invalid UTF-8, a control character in the
-// user id) fails the call with ErrInvalid and nothing is saved. Chats and messages are not
-// checked; the caller has. An empty slice is a no-op.
+// SaveReads upserts the read receipts with one statement (the group
+// commit of read receipts): per (ChatID, UserID) the row moves only
+// forward, to a receipt with a higher Seq (PROTOCOL.md §3; of several in
+// one call the highest Seq wins), and only while UserID is a member of
+// ChatID when the statement runs. A receipt that history.CheckRead
+// refuses (an empty or over-long id, NUL, invalid UTF-8, a control
+// character in the user id) fails the call with ErrInvalid and nothing is
+// saved. The message is not checked against the chat; the caller has
+// (MessageSeq). An empty slice is a no-op.
 func (db *DB) SaveReads(ctx context.Context, reads []history.Read) error {
 	if len(reads) == 0 {
 		return nil
@@ -101,22 +104,24 @@ func (db *DB) SaveReads(ctx context.Context, reads []history.Read) error {
 		if j, ok := latest[p]; !ok {
 			latest[p] = i
 			order = append(order, p)
-		} else if !r.At.Before(reads[j].At) {
+		} else if r.Seq > reads[j].Seq {
 			latest[p] = i
 		}
 	}
 	chats := make([]string, len(order))
 	users := make([]string, len(order))
 	msgs := make([]string, len(order))
+	seqs := make([]int64, len(order))
 	ats := make([]int64, len(order))
 	for k, p := range order {
 		r := reads[latest[p]]
-		chats[k], users[k], msgs[k], ats[k] = r.ChatID, r.UserID, r.MessageID, nanos(r.At)
+		chats[k], users[k], msgs[k], seqs[k], ats[k] = r.ChatID, r.UserID, r.MessageID, r.Seq, nanos(r.At)
 	}
-	if _, err := db.pool.Exec(ctx, `INSERT INTO reads (chat_id, user_id, message_id, at)
-		SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[])
-		ON CONFLICT (chat_id, user_id) DO UPDATE SET message_id = excluded.message_id, at = excluded.at
-		WHERE excluded.at >= reads.at`, chats, users, msgs, ats); err != nil {
+	if _, err := db.pool.Exec(ctx, `INSERT INTO reads (chat_id, user_id, message_id, seq, at)
+		SELECT x.* FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::bigint[]) AS x(chat_id, user_id, message_id, seq, at)
+		WHERE EXISTS (SELECT 1 FROM members AS m WHERE m.chat_id = x.chat_id AND m.user_id = x.user_id)
+		ON CONFLICT (chat_id, user_id) DO UPDATE SET message_id = excluded.message_id, seq = excluded.seq, at = excluded.at
+		WHERE excluded.seq > reads.seq`, chats, users, msgs, seqs, ats); err != nil {
 		return unavailable("save reads", err)
 	}
 	return nil

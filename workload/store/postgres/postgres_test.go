@@ -1024,38 +1024,53 @@ func TestTextPostgresCannotStore(t *testing.T) {
 	}
 }
 
+// TestSaveReadsKeepsLatest: a read marker only moves forward by Seq
+// (PROTOCOL.md §3), whatever the order of the receipts, in one call or
+// across calls; a receipt of a non-member is dropped.
 func TestSaveReadsKeepsLatest(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	db := newDB(t)
-	now := time.Now()
-	read := func(msg string, at time.Time) history.Read {
-		return history.Read{ChatID: "c", UserID: "bob", MessageID: msg, At: at}
+	g, err := db.CreateGroup(ctx, "alice", "g", []string{"bob"})
+	if err != nil {
+		t.Fatal(err)
 	}
-	check := func(want string) {
+	read := func(msg string, seq int64) history.Read {
+		return history.Read{ChatID: g.ID, UserID: "bob", MessageID: msg, Seq: seq, At: time.Now()}
+	}
+	check := func(user, want string) {
 		t.Helper()
 		var got string
-		if err := db.pool.QueryRow(ctx, `SELECT message_id FROM reads WHERE chat_id = 'c' AND user_id = 'bob'`).Scan(&got); err != nil || got != want {
-			t.Errorf("stored read = %q, %v; want %q", got, err, want)
+		err := db.pool.QueryRow(ctx, `SELECT message_id FROM reads WHERE chat_id = '`+g.ID+`' AND user_id = '`+user+`'`).Scan(&got)
+		if want == "" {
+			if err == nil {
+				t.Errorf("stored read of %s = %q, want none", user, got)
+			}
+			return
+		}
+		if err != nil || got != want {
+			t.Errorf("stored read of %s = %q, %v; want %q", user, got, err, want)
 		}
 	}
-	if err := db.SaveReads(ctx, []history.Read{read("m2", now), read("m1", now.Add(-time.Second))}); err != nil {
+	if err := db.SaveReads(ctx, []history.Read{read("m2", 2), read("m1", 1)}); err != nil {
 		t.Fatal(err)
 	}
-	check("m2")
-	if err := db.SaveReads(ctx, []history.Read{read("m3", now), read("m4", now)}); err != nil {
+	check("bob", "m2")
+	if err := db.SaveReads(ctx, []history.Read{read("m5", 5), read("m4", 4)}); err != nil {
 		t.Fatal(err)
 	}
-	check("m4") // a later receipt in the same call wins a tie
-	if err := db.SaveReads(ctx, []history.Read{read("m5", now.Add(time.Second))}); err != nil {
+	check("bob", "m5") // the highest Seq wins, not the last receipt
+	if err := db.SaveReads(ctx, []history.Read{read("m1", 1)}); err != nil {
 		t.Fatal(err)
 	}
-	check("m5")
-	if err := db.SaveReads(ctx, []history.Read{read("m1", now)}); err != nil {
+	check("bob", "m5")
+	carol := read("m5", 5)
+	carol.UserID = "carol"
+	if err := db.SaveReads(ctx, []history.Read{carol}); err != nil {
 		t.Fatal(err)
 	}
-	check("m5")
-	if err := db.SaveReads(ctx, []history.Read{{ChatID: "c", UserID: "bob"}}); !errors.Is(err, history.ErrInvalid) {
+	check("carol", "")
+	if err := db.SaveReads(ctx, []history.Read{{ChatID: g.ID, UserID: "bob"}}); !errors.Is(err, history.ErrInvalid) {
 		t.Errorf("SaveReads without a message id: err = %v, want ErrInvalid", err)
 	}
 }
@@ -1141,9 +1156,9 @@ func TestQueryPlans(t *testing.T) {
 	}
 	page := plan(pageQuery, c.ID, "nope", int64(10))
 	// On small chats the planner may sort a bitmap scan of the range; the
-	// range itself must come from history_chat.
-	if !strings.Contains(page, "on history_chat") || !strings.Contains(page, "Index Cond: ((chat_id = ") ||
+	// range itself must come from history_unread (chat_id, id) INCLUDE (sender_id).
+	if !strings.Contains(page, "on history_unread") || !strings.Contains(page, "Index Cond: ((chat_id = ") ||
 		!strings.Contains(page, "AND (id > ") || strings.Contains(page, "Seq Scan") {
-		t.Errorf("Page plan does not range over history_chat (chat_id, id):\n%s", page)
+		t.Errorf("Page plan does not range over history_unread (chat_id, id):\n%s", page)
 	}
 }

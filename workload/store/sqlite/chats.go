@@ -132,6 +132,7 @@ func (db *DB) CreateGroup(ctx context.Context, creator, title string, members []
 		ID:        newChatID(),
 		Kind:      history.KindGroup,
 		Title:     title,
+		CreatedBy: creator,
 		Members:   all,
 		CreatedAt: fromNanos(nanos(time.Now())),
 	}
@@ -151,8 +152,8 @@ func (db *DB) CreateGroup(ctx context.Context, creator, title string, members []
 
 // insertChat writes the chats row and one members row per member.
 func insertChat(ctx context.Context, tx *sql.Tx, c history.Chat) error {
-	if _, err := tx.ExecContext(ctx, `INSERT INTO chats (id, kind, title, created_at) VALUES (?, ?, ?, ?)`,
-		c.ID, c.Kind, c.Title, nanos(c.CreatedAt)); err != nil {
+	if _, err := tx.ExecContext(ctx, `INSERT INTO chats (id, kind, title, created_by, created_at) VALUES (?, ?, ?, ?, ?)`,
+		c.ID, c.Kind, c.Title, c.CreatedBy, nanos(c.CreatedAt)); err != nil {
 		return unavailable("insert chat", err)
 	}
 	stmt, err := tx.PrepareContext(ctx, `INSERT INTO members (chat_id, user_id) VALUES (?, ?)`)
@@ -182,8 +183,8 @@ func (db *DB) Chat(ctx context.Context, chatID string) (history.Chat, error) {
 func loadChat(ctx context.Context, q querier, chatID string) (history.Chat, error) {
 	c := history.Chat{ID: chatID}
 	var created int64
-	err := q.QueryRowContext(ctx, `SELECT kind, title, created_at FROM chats WHERE id = ?`, chatID).
-		Scan(&c.Kind, &c.Title, &created)
+	err := q.QueryRowContext(ctx, `SELECT kind, title, created_by, created_at FROM chats WHERE id = ?`, chatID).
+		Scan(&c.Kind, &c.Title, &c.CreatedBy, &created)
 	if errors.Is(err, sql.ErrNoRows) {
 		return history.Chat{}, fmt.Errorf("%w: chat %q", history.ErrNotFound, chatID)
 	}
@@ -210,36 +211,45 @@ func loadChat(ctx context.Context, q querier, chatID string) (history.Chat, erro
 }
 
 // ChatsOf lists the chats user is a member of, oldest first (by creation
-// time, then id), each with its members sorted. An unknown user has no
-// chats; an invalid user id gives ErrInvalid.
+// time, then id), each with its members sorted, CreatedBy, LastRead (the
+// read markers of its current members) and Unread (for user: messages
+// after its marker that others sent, capped at history.MaxUnread), all
+// from one read snapshot. The unread count of a chat reads at most
+// MaxUnread entries of the history_unread index after the marker (plus
+// user's own messages among them), never the table. An unknown user has
+// no chats; an invalid user id gives ErrInvalid.
 func (db *DB) ChatsOf(ctx context.Context, user string) ([]history.Chat, error) {
 	if err := validUser("user id", user); err != nil {
 		return nil, err
 	}
-	// One read transaction: both queries see the same snapshot.
+	// One read transaction: every query sees the same snapshot.
 	tx, err := db.r.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
 	if err != nil {
 		return nil, unavailable("chats of", err)
 	}
 	defer rollback(tx)
-	rows, err := tx.QueryContext(ctx, `SELECT c.id, c.kind, c.title, c.created_at
+	rows, err := tx.QueryContext(ctx, `SELECT c.id, c.kind, c.title, c.created_by, c.created_at,
+			coalesce((SELECT r.seq FROM reads AS r WHERE r.chat_id = c.id AND r.user_id = m.user_id), 0)
 		FROM members AS m JOIN chats AS c ON c.id = m.chat_id
 		WHERE m.user_id = ? ORDER BY c.created_at, c.id`, user)
 	if err != nil {
 		return nil, unavailable("chats of", err)
 	}
 	chats := []history.Chat{}
+	var marks []int64
 	index := map[string]int{}
 	for rows.Next() {
 		var c history.Chat
-		var created int64
-		if err := rows.Scan(&c.ID, &c.Kind, &c.Title, &created); err != nil {
+		var created, mark int64
+		if err := rows.Scan(&c.ID, &c.Kind, &c.Title, &c.CreatedBy, &created, &mark); err != nil {
 			rows.Close()
 			return nil, unavailable("chats of", err)
 		}
 		c.CreatedAt = fromNanos(created)
+		c.LastRead = map[string]string{}
 		index[c.ID] = len(chats)
 		chats = append(chats, c)
+		marks = append(marks, mark)
 	}
 	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
 		return nil, unavailable("chats of", err)
@@ -247,26 +257,87 @@ func (db *DB) ChatsOf(ctx context.Context, user string) ([]history.Chat, error) 
 	if len(chats) == 0 {
 		return chats, nil
 	}
-	rows, err = tx.QueryContext(ctx, `SELECT o.chat_id, o.user_id
+	rows, err = tx.QueryContext(ctx, `SELECT o.chat_id, o.user_id, r.message_id
 		FROM members AS m JOIN members AS o ON o.chat_id = m.chat_id
+		LEFT JOIN reads AS r ON r.chat_id = o.chat_id AND r.user_id = o.user_id
 		WHERE m.user_id = ? ORDER BY o.chat_id, o.user_id`, user)
 	if err != nil {
 		return nil, unavailable("chats of", err)
 	}
-	defer rows.Close()
 	for rows.Next() {
 		var chatID, member string
-		if err := rows.Scan(&chatID, &member); err != nil {
+		var read sql.NullString
+		if err := rows.Scan(&chatID, &member, &read); err != nil {
+			rows.Close()
 			return nil, unavailable("chats of", err)
 		}
 		if i, ok := index[chatID]; ok {
 			chats[i].Members = append(chats[i].Members, member)
+			if read.Valid {
+				chats[i].LastRead[member] = read.String
+			}
 		}
 	}
-	if err := rows.Err(); err != nil {
+	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
 		return nil, unavailable("chats of", err)
 	}
+	unread, err := tx.PrepareContext(ctx, unreadQuery)
+	if err != nil {
+		return nil, unavailable("chats of: unread", err)
+	}
+	defer unread.Close()
+	for i := range chats {
+		if err := unread.QueryRowContext(ctx, chats[i].ID, marks[i], user, history.MaxUnread).Scan(&chats[i].Unread); err != nil {
+			return nil, unavailable("chats of: unread", err)
+		}
+	}
 	return chats, nil
+}
+
+// unreadQuery counts the messages of chat ?1 after Seq ?2 not sent by ?3,
+// up to ?4: a range of the covering index history_unread (chat_id, id,
+// sender_id) that stops after ?4 matches (TestUnreadPlan checks the plan).
+const unreadQuery = `SELECT count(*) FROM (SELECT 1 FROM history
+	WHERE chat_id = ?1 AND id > ?2 AND sender_id <> ?3 ORDER BY id LIMIT ?4)`
+
+// ReadMarks implements history.Store: the read markers of chatID's
+// current members, one range of the reads primary key, on the read pool.
+func (db *DB) ReadMarks(ctx context.Context, chatID string) (map[string]string, error) {
+	rows, err := db.r.QueryContext(ctx, `SELECT r.user_id, r.message_id FROM reads AS r
+		JOIN members AS m ON m.chat_id = r.chat_id AND m.user_id = r.user_id WHERE r.chat_id = ?`, chatID)
+	if err != nil {
+		return nil, unavailable("read marks", err)
+	}
+	defer rows.Close()
+	marks := map[string]string{}
+	for rows.Next() {
+		var u, id string
+		if err := rows.Scan(&u, &id); err != nil {
+			return nil, unavailable("read marks", err)
+		}
+		marks[u] = id
+	}
+	if err := rows.Err(); err != nil {
+		return nil, unavailable("read marks", err)
+	}
+	return marks, nil
+}
+
+// IsMember reports whether user is a member of chatID, reading the store
+// (one probe of the members primary key, on the read pool). An unknown
+// chat is ErrNotFound.
+func (db *DB) IsMember(ctx context.Context, chatID, user string) (bool, error) {
+	var member, chat int
+	err := db.r.QueryRowContext(ctx, `SELECT
+		(SELECT count(*) FROM members WHERE chat_id = ?1 AND user_id = ?2),
+		(SELECT count(*) FROM chats WHERE id = ?1)`, chatID, user).Scan(&member, &chat)
+	if err != nil {
+		return false, unavailable("is member", err)
+	}
+	if chat == 0 {
+		return false, fmt.Errorf("%w: chat %q", history.ErrNotFound, chatID)
+	}
+	return member == 1, nil
 }
 
 // AddMember adds user to the group chatID on behalf of by and returns the
@@ -315,6 +386,57 @@ func (db *DB) AddMember(ctx context.Context, chatID, by, user string) (history.C
 	i, _ := slices.BinarySearch(c.Members, user)
 	c.Members = slices.Insert(c.Members, i, user)
 	return c, nil
+}
+
+// RemoveMember removes user from the group chatID on behalf of by
+// (history.Store.RemoveMember: leave, or removal by the creator) and
+// returns the chat after it and the cutoff Seq. It runs on the writer
+// connection, which Commit also holds for its whole transaction, and bumps
+// the membership epoch Commit checks inside its transaction, so a commit
+// either precedes the removal (its Seq is at or below cutoff) or reads the
+// member list without user. Errors: ErrInvalid for bad ids or a direct
+// chat, ErrNotFound for an unknown chat, ErrNotMember when by is not a
+// member, ErrForbidden when by removes another member of a chat it did not
+// create. Removing a non-member changes nothing.
+func (db *DB) RemoveMember(ctx context.Context, chatID, by, user string) (history.Chat, int64, error) {
+	if err := validUser("user id", by); err != nil {
+		return history.Chat{}, 0, err
+	}
+	if err := validUser("member id", user); err != nil {
+		return history.Chat{}, 0, err
+	}
+	tx, err := db.w.BeginTx(ctx, nil)
+	if err != nil {
+		return history.Chat{}, 0, unavailable("remove member", err)
+	}
+	defer rollback(tx)
+	c, err := loadChat(ctx, tx, chatID)
+	if err != nil {
+		return history.Chat{}, 0, err
+	}
+	if err := history.CheckRemove(c, by, user); err != nil {
+		return history.Chat{}, 0, err
+	}
+	var cutoff int64
+	if err := tx.QueryRowContext(ctx, `SELECT coalesce(max(id), 0) FROM history`).Scan(&cutoff); err != nil {
+		return history.Chat{}, 0, unavailable("remove member", err)
+	}
+	if !c.HasMember(user) {
+		return c, cutoff, commitTx(tx, "remove member")
+	}
+	if _, err := tx.ExecContext(ctx, `DELETE FROM members WHERE chat_id = ? AND user_id = ?`, chatID, user); err != nil {
+		return history.Chat{}, 0, unavailable("remove member", err)
+	}
+	// Invalidates every process's cache of member lists (see Commit).
+	if _, err := tx.ExecContext(ctx, `UPDATE membership_epoch SET epoch = epoch + 1 WHERE id = 1`); err != nil {
+		return history.Chat{}, 0, unavailable("remove member", err)
+	}
+	if err := commitTx(tx, "remove member"); err != nil {
+		return history.Chat{}, 0, err
+	}
+	i, _ := slices.BinarySearch(c.Members, user)
+	c.Members = slices.Delete(c.Members, i, i+1)
+	return c, cutoff, nil
 }
 
 // commitTx commits tx, translating a failure.

@@ -42,7 +42,8 @@ func validDraft(d history.Draft) error {
 //
 // Member lists come from an in-process cache that is checked, inside the
 // write transaction, against the membership epoch every AddMember bumps, so
-// a member added by any process is in the next commit's deliveries.
+// a member added or removed by any process is in (or out of) the next
+// commit's deliveries.
 func (db *DB) Commit(ctx context.Context, drafts []history.Draft) ([]history.Result, error) {
 	results := make([]history.Result, len(drafts))
 	if len(drafts) == 0 {
@@ -232,7 +233,8 @@ func (c *committer) members(chatID string) ([]string, error) {
 const maxCachedChats = 100_000
 
 // memberCache maps chat ids to sorted member lists, all read at one
-// membership epoch. Members are never removed, so an entry is exact until
+// membership epoch. Every member change (AddMember, RemoveMember) bumps
+// the epoch in its transaction, so an entry is exact until
 // the epoch moves.
 type memberCache struct {
 	mu    sync.Mutex

@@ -65,12 +65,15 @@ func (db *DB) Page(ctx context.Context, chatID, sinceID string, limit int) ([]hi
 	return msgs, hasMore, nil
 }
 
-// SaveReads upserts the read receipts in one transaction: per (ChatID,
-// UserID) the row keeps the receipt with the latest At (a later receipt in
-// the same call wins a tie). A receipt that history.CheckRead refuses (an
-// empty or over-long id, NUL, invalid UTF-8, a control character in the
-// user id) fails the call with ErrInvalid and nothing is saved. Chats and
-// messages are not checked; the caller has. An empty slice is a no-op.
+// SaveReads upserts the read receipts in one transaction on the writer
+// (the group commit of read receipts): per (ChatID, UserID) the row moves
+// only forward, to a receipt with a higher Seq (PROTOCOL.md §3), and only
+// while UserID is a member of ChatID (checked in the transaction, so a
+// receipt racing a removal is dropped). A receipt that history.CheckRead
+// refuses (an empty or over-long id, NUL, invalid UTF-8, a control
+// character in the user id) fails the call with ErrInvalid and nothing is
+// saved. The message is not checked against the chat; the caller has
+// (MessageSeq). An empty slice is a no-op.
 func (db *DB) SaveReads(ctx context.Context, reads []history.Read) error {
 	if len(reads) == 0 {
 		return nil
@@ -85,15 +88,16 @@ func (db *DB) SaveReads(ctx context.Context, reads []history.Read) error {
 		return unavailable("save reads", err)
 	}
 	defer rollback(tx)
-	stmt, err := tx.PrepareContext(ctx, `INSERT INTO reads (chat_id, user_id, message_id, at) VALUES (?, ?, ?, ?)
-		ON CONFLICT (chat_id, user_id) DO UPDATE SET message_id = excluded.message_id, at = excluded.at
-		WHERE excluded.at >= reads.at`)
+	stmt, err := tx.PrepareContext(ctx, `INSERT INTO reads (chat_id, user_id, message_id, seq, at)
+		SELECT ?1, ?2, ?3, ?4, ?5 WHERE EXISTS (SELECT 1 FROM members WHERE chat_id = ?1 AND user_id = ?2)
+		ON CONFLICT (chat_id, user_id) DO UPDATE SET message_id = excluded.message_id, seq = excluded.seq, at = excluded.at
+		WHERE excluded.seq > reads.seq`)
 	if err != nil {
 		return unavailable("save reads", err)
 	}
 	defer stmt.Close()
 	for _, r := range reads {
-		if _, err := stmt.ExecContext(ctx, r.ChatID, r.UserID, r.MessageID, nanos(r.At)); err != nil {
+		if _, err := stmt.ExecContext(ctx, r.ChatID, r.UserID, r.MessageID, r.Seq, nanos(r.At)); err != nil {
 			return unavailable("save reads", err)
 		}
 	}

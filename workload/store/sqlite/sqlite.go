@@ -124,7 +124,7 @@ func migrate(ctx context.Context, w *sql.DB) error {
 }
 
 // pageQuery reads a page of a chat (?1) after the message ?2, resolved to
-// its sequence only within the chat, limit ?3. It ranges over history_chat.
+// its sequence only within the chat, limit ?3. It ranges over history_unread (chat_id, id, sender_id).
 const pageQuery = `SELECT id, message_id, sender_id, sender_device, correlation_id, body, sent_at
 	FROM history
 	WHERE chat_id = ?1

@@ -503,34 +503,53 @@ func TestMemberCacheSeesOtherProcesses(t *testing.T) {
 	}
 }
 
+// TestSaveReadsKeepsLatest: a read marker only moves forward by Seq
+// (PROTOCOL.md §3), whatever the order of the receipts, in one call or
+// across calls; a receipt of a non-member is dropped.
 func TestSaveReadsKeepsLatest(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	db := newDB(t)
-	now := time.Now()
-	read := func(msg string, at time.Time) history.Read {
-		return history.Read{ChatID: "c", UserID: "bob", MessageID: msg, At: at}
-	}
-	if err := db.SaveReads(ctx, []history.Read{read("m2", now), read("m1", now.Add(-time.Second))}); err != nil {
+	g, err := db.CreateGroup(ctx, "alice", "g", []string{"bob"})
+	if err != nil {
 		t.Fatal(err)
 	}
-	check := func(want string) {
+	read := func(msg string, seq int64) history.Read {
+		return history.Read{ChatID: g.ID, UserID: "bob", MessageID: msg, Seq: seq, At: time.Now()}
+	}
+	check := func(user, want string) {
 		t.Helper()
 		var got string
-		if err := db.r.QueryRowContext(ctx, `SELECT message_id FROM reads WHERE chat_id = 'c' AND user_id = 'bob'`).Scan(&got); err != nil || got != want {
-			t.Errorf("stored read = %q, %v; want %q", got, err, want)
+		err := db.r.QueryRowContext(ctx, `SELECT message_id FROM reads WHERE chat_id = '`+g.ID+`' AND user_id = '`+user+`'`).Scan(&got)
+		if want == "" {
+			if err == nil {
+				t.Errorf("stored read of %s = %q, want none", user, got)
+			}
+			return
+		}
+		if err != nil || got != want {
+			t.Errorf("stored read of %s = %q, %v; want %q", user, got, err, want)
 		}
 	}
-	check("m2")
-	if err := db.SaveReads(ctx, []history.Read{read("m3", now.Add(time.Second))}); err != nil {
+	if err := db.SaveReads(ctx, []history.Read{read("m2", 2), read("m1", 1)}); err != nil {
 		t.Fatal(err)
 	}
-	check("m3")
-	if err := db.SaveReads(ctx, []history.Read{read("m1", now)}); err != nil {
+	check("bob", "m2")
+	if err := db.SaveReads(ctx, []history.Read{read("m5", 5), read("m4", 4)}); err != nil {
 		t.Fatal(err)
 	}
-	check("m3")
-	if err := db.SaveReads(ctx, []history.Read{{ChatID: "c", UserID: "bob"}}); !errors.Is(err, history.ErrInvalid) {
+	check("bob", "m5") // the highest Seq wins, not the last receipt
+	if err := db.SaveReads(ctx, []history.Read{read("m1", 1)}); err != nil {
+		t.Fatal(err)
+	}
+	check("bob", "m5")
+	carol := read("m5", 5)
+	carol.UserID = "carol"
+	if err := db.SaveReads(ctx, []history.Read{carol}); err != nil {
+		t.Fatal(err)
+	}
+	check("carol", "")
+	if err := db.SaveReads(ctx, []history.Read{{ChatID: g.ID, UserID: "bob"}}); !errors.Is(err, history.ErrInvalid) {
 		t.Errorf("SaveReads without a message id: err = %v, want ErrInvalid", err)
 	}
 }
@@ -599,8 +618,8 @@ func TestQueryPlans(t *testing.T) {
 		t.Errorf("Scan plan sorts:\n%s", scan)
 	}
 	page := plan(pageQuery, "c", "m", 10)
-	if !strings.Contains(page, "INDEX history_chat (chat_id=? AND id>?)") || strings.Contains(page, "TEMP B-TREE") {
-		t.Errorf("Page plan does not range over history_chat:\n%s", page)
+	if !strings.Contains(page, "INDEX history_unread (chat_id=? AND id>?)") || strings.Contains(page, "TEMP B-TREE") {
+		t.Errorf("Page plan does not range over history_unread:\n%s", page)
 	}
 }
 
@@ -634,5 +653,30 @@ func TestDeleteBelowInChunks(t *testing.T) {
 	st, _ := db.Stats(ctx, 0)
 	if st.Depth != 6000-n {
 		t.Fatalf("depth %d after deleting %d of 6000", st.Depth, n)
+	}
+}
+
+// TestUnreadPlan: ChatsOf's unread count ranges over the covering index
+// history_unread and never reads the table or sorts.
+func TestUnreadPlan(t *testing.T) {
+	t.Parallel()
+	db := newDB(t)
+	rows, err := db.r.QueryContext(t.Context(), `EXPLAIN QUERY PLAN `+unreadQuery, "c", int64(0), "u", 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var plan []string
+	for rows.Next() {
+		var id, parent, unused int
+		var detail string
+		if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
+			t.Fatal(err)
+		}
+		plan = append(plan, detail)
+	}
+	text := strings.Join(plan, "\n")
+	if !strings.Contains(text, "COVERING INDEX history_unread (chat_id=? AND id>?)") || strings.Contains(text, "TEMP B-TREE") {
+		t.Errorf("unread count plan is not a range of the covering index history_unread:\n%s", text)
 	}
 }

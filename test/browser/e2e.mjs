@@ -860,7 +860,10 @@ const scenarios = {
     const bob = await signIn(browser, 'bob');
     const group = await createChat(alice, 'group', ['bob', mallory], '\u202Eevil title');
     await send(alice, 'before');
-    const zalgo = `Z${'\u0336\u0334\u0337\u035B\u0346\u030A\u0352\u0310'.repeat(12)}algo${'\u0316\u0317\u0318\u0319\u031C\u031D\u031E\u031F\u0320\u0324'.repeat(8)}!`;
+    // Every letter carries 40 marks above and 28 below (U+0300-U+0333).
+    const above = Array.from({ length: 22 }, (_, i) => String.fromCodePoint(0x300 + i)).join('');
+    const below = Array.from({ length: 28 }, (_, i) => String.fromCodePoint(0x316 + i)).join('');
+    const zalgo = [...'Zalgo is here'].map((c) => c + above + above.slice(0, 18) + below).join('');
     await openChat(bob, group);
     await send(bob, zalgo);
     await control('/send', { user: mallory, device: 'go-test', chatId: group, bodies: ['\u202Eoverride in a body'] });

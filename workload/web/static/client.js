@@ -364,7 +364,7 @@ export class Client extends EventTarget {
     // without one shows up at this slow refresh (or at the next reconnect).
     clearInterval(this.lister);
     this.lister = setInterval(() => gen === this.gen && this.refreshChats(), CHAT_REFRESH_MS);
-    for (const [chatId, messageId] of this.pendingReads) this.read(chatId, messageId);
+    for (const [chatId, messageId] of this.pendingReads) this.sendRead(chatId, messageId);
     this.scheduleRefresh(gen);
     this.pump();
     this.resync(gen);
@@ -692,9 +692,12 @@ export class Client extends EventTarget {
    * drops) and the receipt goes out now, or after the next hello.
    */
   read(chatId, messageId) {
-    if (this.log(chatId).advance(this.user, messageId)) {
-      this.emit('read', { chatId, userId: this.user, messageId });
-    }
+    if (!this.log(chatId).advance(this.user, messageId)) return; // not forward: nothing to tell
+    this.emit('read', { chatId, userId: this.user, messageId });
+    this.sendRead(chatId, messageId);
+  }
+
+  sendRead(chatId, messageId) {
     if (this.state === State.CONNECTED && this.write({ type: 'read', chatId, messageId })) {
       this.pendingReads.delete(chatId);
     } else {

@@ -646,7 +646,6 @@ const scenarios = {
     assert.ok(panel.listScrolls, 'a long list scrolls inside the panel');
     assert.deepEqual(await overflowing(alice), []);
     await shot(alice, 'members-open');
-    await docsShot(alice, 'web-members');
 
     // bob is not the creator: no remove buttons, but he may leave.
     await openChat(bob, group);
@@ -1039,7 +1038,6 @@ const scenarios = {
     await waitBodies(carol, ['sent from the phone']);
     await waitBodies(alice, ['sent from the phone']);
     await settled(carol);
-    await docsShot(carol, 'web-phone-chat');
 
     // The member list fits too.
     await carol.tap('#chat-members');
@@ -1062,37 +1060,76 @@ const scenarios = {
     await send(alice, 'did you see the agenda?');
     await carol.waitForSelector(`${chatItem(group)} .unread[data-unread="1"]`, { timeout: WAIT });
     assert.deepEqual(await overflowing(carol), [], 'list view with an unread count');
-    await docsShot(carol, 'web-phone-list');
     await shot(carol, 'phone-list-unread');
     clean(alice, 'alice');
     clean(carol, 'carol');
   },
 
-  /** Three users in a group and two direct chats: the picture in the README (with DOCS_IMG). */
+  /**
+   * A team's day, the pictures of the README (saved with DOCS_IMG): alice
+   * at a desk (the conversation, then its member list), carol on a phone
+   * (the chat list, then the conversation). Yesterday's messages are
+   * moved back a day by the Go side.
+   */
   async readme(browser) {
+    const team = ['bob', 'carol', 'dana', 'emil', 'farah', 'goran', 'hiro', 'ines', 'jonas', 'kemal', 'lena'];
+    const token = await demoToken('alice');
+    const res = await fetch(`${BASE}/api/chats`, {
+      method: 'POST',
+      headers: { Authorization: `Bearer ${token}`, 'Content-Type': 'application/json' },
+      body: JSON.stringify({ kind: 'group', title: 'Launch 🚀', members: team }),
+    });
+    const group = (await res.json()).chatId;
+    const now = new Date();
+    const yesterday = (h, m) => new Date(Date.UTC(now.getUTCFullYear(), now.getUTCMonth(), now.getUTCDate() - 1, h, m)).toISOString();
+    await control('/send', { user: 'alice', device: 'go-test', chatId: group, bodies: ['Release checklist for 1.4 is up to date.'] });
+    await control('/send', { user: 'dana', device: 'go-test', chatId: group, bodies: ['Translations are in 🇩🇪 🇯🇵 🇧🇷'] });
+    await control('/send', { user: 'dana', device: 'go-test', chatId: group, bodies: ['Screenshots still missing for the store page.'] });
+    await control('/backdate', {
+      chatId: group,
+      times: {
+        'Release checklist for 1.4 is up to date.': yesterday(16, 40),
+        'Translations are in 🇩🇪 🇯🇵 🇧🇷': yesterday(17, 2),
+        'Screenshots still missing for the store page.': yesterday(17, 3),
+      },
+    });
+
     const alice = await signIn(browser, 'alice');
     const bob = await signIn(browser, 'bob');
-    const carol = await signIn(browser, 'carol');
-    const team = await createChat(alice, 'group', ['bob', 'carol'], 'Launch 🚀');
-    await send(alice, 'Morning! Build 1.4 is green, shall we ship?');
-    await openChat(bob, team);
+    const carol = await signIn(browser, 'carol', 'demo', undefined, { viewport: { width: 390, height: 844 }, isMobile: true, hasTouch: true });
+    await openChat(alice, group);
+    await send(alice, 'Morning! Build 1.4 is green: https://ci.example.com/builds/1.4');
+    await send(alice, 'Shall we ship today?');
+    await openChat(bob, group);
     await send(bob, 'Yes. Release notes are in the doc.');
-    await openChat(carol, team);
-    await send(carol, 'I will post the announcement 📣');
-    await send(carol, 'مرحبا بالجميع، إصدار جديد!');
+    await control('/send', { user: 'farah', device: 'go-test', chatId: group, bodies: ['مرحبا بالجميع، إصدار جديد!'] });
+    await control('/send', { user: 'hiro', device: 'go-test', chatId: group, bodies: ['I will post the announcement 📣'] });
     const direct = await createChat(bob, 'direct', ['alice']);
     await send(bob, 'lunch after the release? 🍜');
-    await waitBodies(alice, ['Yes. Release notes are in the doc.']);
+    await openChat(alice, group);
+    await waitBodies(alice, ['I will post the announcement 📣']);
     await createChat(alice, 'direct', ['carol']);
     await send(alice, 'thanks for the review!');
-    await openChat(alice, team);
-    await waitBodies(alice, ['مرحبا بالجميع، إصدار جديد!']);
+    await openChat(alice, group);
     await alice.fill('#composer-input', 'Ship it ✅');
-    await alice.waitForSelector(`.chat-item[data-chat-id="${direct}"] .unread`, { timeout: WAIT });
+    await alice.waitForSelector(`${chatItem(direct)} .unread`, { timeout: WAIT });
     await alice.waitForSelector('#message-list .receipt', { timeout: WAIT });
-    await alice.setViewportSize({ width: 1100, height: 620 });
+    await alice.setViewportSize({ width: 1100, height: 640 });
     assert.deepEqual(await overflowing(alice), []);
     await docsShot(alice, 'web');
+    await openMembers(alice);
+    await alice.waitForSelector('#member-list [data-member="lena"]');
+    assert.deepEqual(await overflowing(alice), []);
+    await docsShot(alice, 'web-members');
+
+    await carol.waitForFunction(() => document.querySelectorAll('#chats .chat-item .unread').length === 2, null, { timeout: WAIT });
+    assert.deepEqual(await overflowing(carol), []);
+    await docsShot(carol, 'web-phone-list');
+    await carol.tap(chatItem(group));
+    await waitBodies(carol, ['I will post the announcement 📣']);
+    await carol.waitForSelector('#message-list .receipt', { timeout: WAIT });
+    assert.deepEqual(await overflowing(carol), []);
+    await docsShot(carol, 'web-phone-chat');
     for (const [p, n] of [[alice, 'alice'], [bob, 'bob'], [carol, 'carol']]) clean(p, n);
   },
 };

@@ -341,3 +341,40 @@ test('leave sends DELETE and forgets the chat, even when its removed event comes
   assert.deepEqual(why, ['left']);
   c.stop();
 });
+
+test('a listing older than an event does not undo it', async () => {
+  const g = { chatId: 'g1', kind: 'group', members: ['alice', 'bob'], createdBy: 'bob' };
+  let release;
+  let listed = [{ chatId: 'c1', kind: 'direct', members: ['alice', 'bob'] }];
+  listing(() => listed);
+  const c = connected();
+  await flush();
+  // A listing is on its way while alice is added to g1: it does not know g1.
+  const base = globalThis.fetch;
+  globalThis.fetch = async (url, opts) => {
+    const u = new URL(url, 'http://tetra.test/');
+    if (u.pathname === '/api/chats') await new Promise((r) => (release = r));
+    return base(url, opts);
+  };
+  const slow = c.refreshChats();
+  await flush();
+  c.onFrame({ type: 'chat', event: 'added', chat: g });
+  release();
+  await slow;
+  assert.ok(c.chats.has('g1'), 'the added chat stays');
+
+  // The other way round: a listing still naming g1 after alice left it.
+  listed = [{ chatId: 'c1', kind: 'direct', members: ['alice', 'bob'] }, g];
+  const again = c.refreshChats();
+  await flush();
+  c.onFrame({ type: 'chat', event: 'removed', chat: { ...g, members: ['bob'] } });
+  release();
+  await again;
+  assert.equal(c.chats.has('g1'), false, 'the removed chat does not come back');
+
+  // A listing requested after the change is believed again.
+  globalThis.fetch = base;
+  await c.refreshChats();
+  assert.ok(c.chats.has('g1'));
+  c.stop();
+});

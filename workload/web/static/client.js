@@ -207,6 +207,11 @@ export class Client extends EventTarget {
     this.inflight = 0;
     this.pendingReads = new Map(); // chatId -> messageId not sent yet
     this.leaving = new Set(); // chatIds this user is leaving (its own "removed" event may come first)
+    // A listing answered after an event or an own call changed a chat's
+    // membership must not undo that change: changes counts them, touched
+    // remembers the count of each chat's last one.
+    this.changes = 0;
+    this.touched = new Map(); // chatId -> changes
     this.outbox = this.loadOutbox(); // [{chatId, correlationId, body}]
     for (const o of this.outbox) this.addOwn(o);
     this.onOnline = () => this.connectNow();
@@ -495,26 +500,39 @@ export class Client extends EventTarget {
 
   // ---- chats and history -----------------------------------------------
 
+  /** touch records a membership change of chatId seen here (an event, an own call). */
+  touch(chatId) {
+    this.touched.set(chatId, ++this.changes);
+  }
+
   /**
    * setChats stores chats as the server sent them and merges their read
-   * markers (forward only). complete: chats is the whole list, so a chat not
-   * in it was left or removed while this client did not hear of it.
+   * markers (forward only). A full listing passes asOf, the value of
+   * this.changes when it was requested: a chat not in it was left or
+   * removed while this client did not hear of it, unless a change seen
+   * since says otherwise (then the listing is older than what is known).
    */
-  setChats(chats, complete = false) {
+  setChats(chats, asOf = null) {
+    const complete = asOf !== null;
+    const newer = (id) => complete && (this.touched.get(id) || 0) > asOf;
     for (const c of chats) {
+      if (newer(c.chatId) && !this.chats.has(c.chatId)) continue; // left or removed after the listing
       const log = this.log(c.chatId);
       for (const [user, id] of Object.entries(c.lastRead || {})) log.advance(user, id);
       this.chats.set(c.chatId, c);
     }
     if (complete) {
       const listed = new Set(chats.map((c) => c.chatId));
-      for (const chat of [...this.chats.values()]) if (!listed.has(chat.chatId)) this.dropChat(chat, 'removed');
+      for (const chat of [...this.chats.values()]) {
+        if (!listed.has(chat.chatId) && !newer(chat.chatId)) this.dropChat(chat, 'removed');
+      }
     }
     this.emit('chats');
   }
 
   /** dropChat forgets a chat this user is no longer a member of. */
   dropChat(chat, why) {
+    this.touch(chat.chatId);
     if (!this.chats.has(chat.chatId)) return;
     this.chats.delete(chat.chatId);
     this.logs.delete(chat.chatId); // if added again, it syncs from the start
@@ -528,11 +546,13 @@ export class Client extends EventTarget {
     if (!chat?.chatId) return;
     if (f.event === 'removed' || (Array.isArray(chat.members) && !chat.members.includes(this.user))) {
       const why = this.leaving.has(chat.chatId) ? 'left' : 'removed';
+      this.touch(chat.chatId);
       if (this.chats.has(chat.chatId)) this.dropChat(this.chats.get(chat.chatId), why);
       this.emit('chats');
       return;
     }
     const fresh = !this.chats.has(chat.chatId);
+    this.touch(chat.chatId);
     this.setChats([chat]);
     if (fresh || f.event === 'added') this.syncChat(chat.chatId, this.gen).catch(() => {});
   }
@@ -540,10 +560,11 @@ export class Client extends EventTarget {
   /** refreshChats lists the chats again and syncs the ones not seen before. */
   async refreshChats() {
     const gen = this.gen;
+    const asOf = this.changes;
     try {
       const { chats } = await this.api('GET', '/api/chats');
       const fresh = chats.filter((c) => !this.chats.has(c.chatId));
-      this.setChats(chats, true);
+      this.setChats(chats, asOf);
       await Promise.all(fresh.map((c) => this.syncChat(c.chatId, gen)));
     } catch (err) {
       console.warn('tetra: listing chats failed', err);
@@ -551,10 +572,11 @@ export class Client extends EventTarget {
   }
 
   async resync(gen, failures = 0) {
+    const asOf = this.changes;
     try {
       const { chats } = await this.api('GET', '/api/chats');
       if (gen !== this.gen) return;
-      this.setChats(chats, true);
+      this.setChats(chats, asOf);
       await Promise.all(chats.map((c) => this.syncChat(c.chatId, gen)));
     } catch (err) {
       if (gen !== this.gen) return;
@@ -598,6 +620,7 @@ export class Client extends EventTarget {
   /** createChat creates a direct chat or a group and syncs it. */
   async createChat(kind, members, title = '') {
     const chat = await this.api('POST', '/api/chats', { kind, members, ...(kind === 'group' ? { title } : {}) });
+    this.touch(chat.chatId);
     this.setChats([chat]);
     this.syncChat(chat.chatId, this.gen).catch(() => {});
     return chat;

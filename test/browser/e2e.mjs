@@ -332,28 +332,29 @@ const scenarios = {
     await openChat(bob, chat);
     for (const [p, n] of [[alice, 'alice'], [bob, 'bob']]) {
       await waitBodies(p, [emoji, hebrew, arabic, long, lines]);
-      // Let fonts load and the layout settle (a read receipt or a late
-      // font re-lays the list out; under a loaded machine the first
-      // measurement could catch it mid-way). A layout that never settles
-      // still fails the assertions below, with their messages.
+      // Measure the layout the page ends with, not one on the way there:
+      // fonts loaded, every send answered (a pending bubble is replaced
+      // once accepted) and, for alice, bob's receipt shown (the bubble it
+      // sits under is replaced again, a line taller). Then the boxes must
+      // hold still over two frames; a layout that never settles fails
+      // below, with its geometry in the message.
       await p.evaluate(() => document.fonts.ready);
-      await p
-        .waitForFunction(
-          () => {
-            const box = document.querySelector('#messages').getBoundingClientRect();
-            return [...document.querySelectorAll('#message-list .msg')].every((m) => {
-              const r = m.getBoundingClientRect();
-              return r.left >= box.left - 1 && r.right <= box.right + 1;
-            });
-          },
-          null,
-          { timeout: WAIT },
-        )
-        .catch(() => {});
+      await settled(p);
+      if (p === alice) {
+        await p.waitForFunction(() => [...document.querySelectorAll('#message-list .receipt')].some((r) => r.textContent === 'read by bob'), null, { timeout: WAIT });
+      }
+      const geometry = () => p.evaluate(() => JSON.stringify([...document.querySelectorAll('#messages, #message-list .msg')].map((e) => e.getBoundingClientRect())));
+      for (let last = '', deadline = Date.now() + WAIT; Date.now() < deadline; ) {
+        const now = await geometry();
+        if (now === last) break;
+        last = now;
+        await p.evaluate(() => new Promise((done) => requestAnimationFrame(() => requestAnimationFrame(done))));
+      }
       const info = await p.$$eval('#message-list .msg', (msgs) =>
         msgs.map((m) => {
           const b = m.querySelector('.body');
-          const box = document.querySelector('#messages').getBoundingClientRect();
+          const view = document.querySelector('#messages');
+          const box = view.getBoundingClientRect();
           const r = m.getBoundingClientRect();
           return {
             text: b.textContent,
@@ -362,6 +363,9 @@ const scenarios = {
             overflow: b.scrollWidth - b.clientWidth,
             inside: r.left >= box.left - 1 && r.right <= box.right + 1,
             height: r.height,
+            where:
+              `box [${r.left.toFixed(1)}, ${r.right.toFixed(1)}] in #messages [${box.left.toFixed(1)}, ${box.right.toFixed(1)}] ` +
+              `(scrollLeft ${view.scrollLeft}, scrollWidth ${view.scrollWidth}, clientWidth ${view.clientWidth}), class "${m.className}"`,
           };
         }),
       );
@@ -372,7 +376,7 @@ const scenarios = {
       assert.equal(by[emoji].rtl, false, `${n}: emoji text is left-to-right`);
       for (const i of info) {
         assert.ok(i.overflow <= 1, `${n}: body overflows by ${i.overflow}px: ${i.text.slice(0, 40)}`);
-        assert.ok(i.inside, `${n}: message box leaves the view: ${i.text.slice(0, 40)}`);
+        assert.ok(i.inside, `${n}: message box leaves the view: ${JSON.stringify(i.text.slice(0, 40))}: ${i.where}`);
       }
       assert.ok(by[long].height > 3 * by[hebrew].height, `${n}: the long word wraps onto several lines`);
       // A ZWJ sequence and a skin-tone modifier each draw as one glyph

@@ -24,9 +24,12 @@ type Tuning struct {
 	// PendingTimeout: a connection whose full window made no progress (no
 	// acknowledgement freed a slot) for longer than this while messages
 	// wait behind it is withdrawn (the overload reaper, close 4003); so is
-	// one whose oldest waiting message is older than Lease x
-	// MaxDeliveryAttempts (it cannot keep up). A client that acknowledges
-	// as frames arrive is never withdrawn for a burst. Default 5 s.
+	// one whose window, since it fell behind, was full for longer than
+	// Lease x MaxDeliveryAttempts in all and for most of that time (it
+	// cannot keep up; delivery.OverloadReaper). Only time with a full
+	// window counts: a client that acknowledges as frames arrive is never
+	// withdrawn for a burst, nor for a server slow to refill its window.
+	// Default 5 s.
 	PendingTimeout time.Duration
 	// ReconnectGrace: the attempts and overload reapers spare a connection
 	// younger than this. Default 0 (the paper measured larger values as

@@ -422,8 +422,8 @@ func (e *Engine) Ack(ctx context.Context, m *Member, ids []string) error {
 		}
 	}
 	waiting := len(m.behind) > 0 || len(m.shed) > 0
-	if freed && len(m.behind) > 0 {
-		m.progressAt = e.now()
+	if freed {
+		m.noteWindowLocked(e.now(), e.tuning().MaxPending)
 	}
 	m.mu.Unlock()
 	if freed && waiting {

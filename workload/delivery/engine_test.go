@@ -622,20 +622,23 @@ func TestRestartWithSameOutboxPrimesBeforeGC(t *testing.T) {
 func TestPolicies(t *testing.T) {
 	tu := config.Default()
 	maxLag := tu.Lease * time.Duration(tu.MaxDeliveryAttempts)
-	if OverloadReaper(tu, 0, 0, time.Hour) || OverloadReaper(tu, tu.PendingTimeout, maxLag, time.Hour) {
-		t.Error("overload reaper fired on a window that makes progress and a lag within lease x attempts")
+	if OverloadReaper(tu, 0, 0, 0, time.Hour) || OverloadReaper(tu, tu.PendingTimeout, maxLag, maxLag, time.Hour) {
+		t.Error("overload reaper fired on a window that makes progress and a full window within lease x attempts")
 	}
-	if !OverloadReaper(tu, tu.PendingTimeout+1, 0, time.Hour) {
+	if !OverloadReaper(tu, tu.PendingTimeout+1, 0, 0, time.Hour) {
 		t.Error("overload reaper must fire once a full window made no progress for longer than pending-timeout")
 	}
-	if !OverloadReaper(tu, 0, maxLag+1, time.Hour) {
-		t.Error("overload reaper must fire once the oldest waiting message is older than lease x max-delivery-attempts")
+	if !OverloadReaper(tu, 0, maxLag+1, maxLag+1, time.Hour) {
+		t.Error("overload reaper must fire once the window was full for longer than lease x max-delivery-attempts, all the time behind")
+	}
+	if OverloadReaper(tu, 0, maxLag+1, 4*maxLag, time.Hour) {
+		t.Error("overload reaper fired on a window full for a quarter of the time behind: the server, not the client, held the backlog")
 	}
 	if AttemptsReaper(tu, tu.MaxDeliveryAttempts-1, time.Hour) || !AttemptsReaper(tu, tu.MaxDeliveryAttempts, time.Hour) {
 		t.Error("attempts reaper must fire once a message is due after max-delivery-attempts sends")
 	}
 	tu.ReconnectGrace = time.Second
-	if OverloadReaper(tu, time.Hour, time.Hour, 500*time.Millisecond) || AttemptsReaper(tu, 1000, 500*time.Millisecond) {
+	if OverloadReaper(tu, time.Hour, time.Hour, time.Hour, 500*time.Millisecond) || AttemptsReaper(tu, 1000, 500*time.Millisecond) {
 		t.Error("grace must spare a young connection")
 	}
 	now := time.Now()
@@ -724,6 +727,60 @@ func TestOverloadReaperWithdrawsAClientThatCannotKeepUp(t *testing.T) {
 	}
 	if r.e.Stats().Redeliveries != 0 {
 		t.Fatal("it acknowledged everything it got: nothing should have been re-sent")
+	}
+}
+
+// Time with room in the window is the server's: a client that acknowledges
+// every frame within its round trip is not withdrawn when the server is
+// slow to refill its window (a loaded poller, database or CPU), however far
+// behind that leaves it in wall-clock time; only time with a full window
+// counts against it, and only when the window is full most of the time
+// (issue 15: with the acceptance age of the oldest waiting message, the
+// time since the last acknowledgement, or the full time alone as the
+// measure, this client was withdrawn under load).
+func TestOverloadReaperSparesAClientTheServerIsSlowToServe(t *testing.T) {
+	r := newRig(t, func(tu *config.Tuning) {
+		tu.MaxPending = 2
+		tu.PendingTimeout = time.Second
+		tu.Lease = time.Second
+		tu.MaxDeliveryAttempts = 3
+	})
+	bob := newConn("bob", "phone")
+	m := r.register(bob)
+	ctx := context.Background()
+	acked, committed := 0, 0
+	step := func() {
+		r.e.PollOnce(ctx) // the server's turn: refill the window, then judge
+		var ids []string
+		for _, f := range bob.all()[acked:] {
+			ids = append(ids, messageIDOf(t, f))
+		}
+		acked += len(ids)
+		// The client answers within a round trip of 400 ms: the window is
+		// full for that long each time, more than lease x attempts in all
+		// but about a fifth of the time behind.
+		r.clk.advance(400 * time.Millisecond)
+		if err := r.e.Ack(ctx, m, ids); err != nil {
+			t.Fatal(err)
+		}
+		r.clk.advance(1500 * time.Millisecond) // the server is slow to come back
+	}
+	for i := 0; i < 12 && bob.code() == 0; i++ {
+		r.commit(3) // more than the window each round: the backlog grows
+		committed += 3
+		step()
+	}
+	for i := 0; i < 40 && acked < committed && bob.code() == 0; i++ {
+		step()
+	}
+	if bob.code() != 0 {
+		t.Fatalf("a client that acknowledged every frame at once was closed with %d (%d of %d received)", bob.code(), acked, committed)
+	}
+	if acked != committed {
+		t.Fatalf("received %d of %d", acked, committed)
+	}
+	if st := r.e.Stats(); st.Redeliveries != 0 {
+		t.Fatalf("%d re-deliveries; it acknowledged everything at once", st.Redeliveries)
 	}
 }
 

@@ -154,6 +154,9 @@ func (e *Engine) deliverFast(batch []fastItem) {
 			continue
 		}
 		m.ahead[k] = struct{}{}
+		if len(m.behind) > 0 { // behind in another partition
+			m.noteWindowLocked(e.now(), window)
+		}
 		m.mu.Unlock()
 		byMember[m] = append(byMember[m], it.item)
 	}

@@ -41,11 +41,19 @@ type Member struct {
 	// behind, the poller's hold stays at or below horizon+1, so GC keeps
 	// those rows.
 	behind map[int32]time.Time
-	// progressAt is when the window last moved while the member was
-	// behind: an acknowledgement freed a slot, or the member fell behind.
-	// The overload reaper judges a member that stopped making progress.
-	progressAt time.Time
-	shard      int
+	// While the member is behind, the time its window spends full is the
+	// client's to answer for (the server has sent all it may), the time it
+	// has room is the server's (it owes the next frames). The overload
+	// reaper judges only the client's time: fullSince is when the window
+	// last became full (zero while it has room or the member is not
+	// behind), heldFull the full time accumulated before that since the
+	// member fell behind (noteWindowLocked keeps both).
+	fullSince time.Time
+	heldFull  time.Duration
+	// behindSince is when the member last fell behind (from not behind
+	// anywhere); the overload reaper compares heldFull with it.
+	behindSince time.Time
+	shard       int
 	// out is the push window: every message frame sent to this connection
 	// (or about to be) and not acknowledged, by message id. It never holds
 	// more than max-pending entries. It is this process's own record of
@@ -110,16 +118,46 @@ func (m *Member) isBehind(p int32) bool {
 
 // fallBehindLocked records that the message accepted at oldest, and what
 // follows it in partition p, wait for m's window; the caller holds m.mu.
-func (m *Member) fallBehindLocked(p int32, oldest, now time.Time) {
+func (m *Member) fallBehindLocked(p int32, oldest, now time.Time, window int) {
 	if len(m.behind) == 0 {
-		m.progressAt = now
+		m.heldFull, m.fullSince, m.behindSince = 0, time.Time{}, now
 	}
 	m.behind[p] = oldest
+	m.noteWindowLocked(now, window)
 }
 
 // catchUpLocked clears partition p's behind mark; the caller holds m.mu.
-func (m *Member) catchUpLocked(p int32) {
+func (m *Member) catchUpLocked(p int32, now time.Time, window int) {
 	delete(m.behind, p)
+	m.noteWindowLocked(now, window)
+}
+
+// noteWindowLocked updates the window-full clock after the window or the
+// behind marks changed (window is max-pending); the caller holds m.mu.
+// The clock runs while the member is behind and its window is full.
+func (m *Member) noteWindowLocked(now time.Time, window int) {
+	full := len(m.behind) > 0 && len(m.out) >= window
+	switch {
+	case full && m.fullSince.IsZero():
+		m.fullSince = now
+	case !full && !m.fullSince.IsZero():
+		m.heldFull += now.Sub(m.fullSince)
+		m.fullSince = time.Time{}
+	}
+	if len(m.behind) == 0 {
+		m.heldFull = 0
+	}
+}
+
+// heldLocked returns how long the window has now been full without an
+// acknowledgement freeing a slot (stalled; 0 when it has room), the total
+// time it was full since the member fell behind (held), and how long ago
+// that was (behind); the caller holds m.mu.
+func (m *Member) heldLocked(now time.Time) (stalled, held, behind time.Duration) {
+	if !m.fullSince.IsZero() {
+		stalled = now.Sub(m.fullSince)
+	}
+	return stalled, m.heldFull + stalled, now.Sub(m.behindSince)
 }
 
 type item struct {

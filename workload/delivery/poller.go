@@ -140,13 +140,14 @@ func (e *Engine) offerLocked(m *Member, r *outbox.Row, p int32, window int, now 
 	}
 	switch m.reserveLocked(it(), window) {
 	case slotRefused:
-		m.fallBehindLocked(p, r.Message.SentAt, now)
+		m.fallBehindLocked(p, r.Message.SentAt, now, window)
 		return false, true
 	case slotHeld:
 		m.horizon[p] = r.Pos
 		return false, false
 	}
 	m.horizon[p] = r.Pos
+	m.noteWindowLocked(now, window)
 	return true, false
 }
 
@@ -309,7 +310,7 @@ func (e *Engine) catchUp(ctx context.Context, p int32) {
 		m.mu.Lock()
 		if m.isBehind(p) {
 			m.horizon[p] = max(m.horizon[p], upto)
-			m.catchUpLocked(p)
+			m.catchUpLocked(p, e.now(), t.MaxPending)
 			for k := range m.ahead {
 				if k.p == p && k.pos <= upto {
 					delete(m.ahead, k)

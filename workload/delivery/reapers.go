@@ -24,18 +24,32 @@ func spared(t config.Tuning, age time.Duration) bool {
 	return age < t.ReconnectGrace
 }
 
-// OverloadReaper judges a client that has messages waiting behind its full
-// push window (paper: "signal: depth", judged as depth that does not
-// drain): withdraw it when its window made no progress for longer than
-// pendingTimeout (stalled: time since an acknowledgement last freed a slot,
-// or since it fell behind), or when the oldest message waiting for it is
-// older than lease x maxDeliveryAttempts (lag: it cannot keep up; an
-// unacknowledged message would have withdrawn it by then too). A client
-// that acknowledges as frames arrive is never withdrawn for a burst.
-func OverloadReaper(t config.Tuning, stalled, lag, age time.Duration) bool {
-	maxLag := t.Lease * time.Duration(t.MaxDeliveryAttempts)
-	return (stalled > t.PendingTimeout || lag > maxLag) && !spared(t, age)
+// OverloadReaper judges a client that has messages waiting behind its push
+// window (paper: "signal: depth", judged as depth that does not drain) by
+// the time its window was full: then the client owes the next
+// acknowledgement, while with room in the window the server owes the next
+// frames (a slow poller, a loaded database or CPU) and that never counts.
+// Withdraw it when the window has now been full for longer than
+// pendingTimeout with no acknowledgement freeing a slot (stalled), or when
+// it cannot keep up: since it fell behind (behind ago) its window was full
+// for longer than lease x maxDeliveryAttempts in all (held; an
+// unacknowledged message would have withdrawn it by then too) and for at
+// least keepUpShare of that time, so the client, not the server, is what
+// holds the backlog. A client that acknowledges as frames arrive holds a
+// full window for a round trip at a time and is never withdrawn, for a
+// burst or for a server that is slow to serve it.
+func OverloadReaper(t config.Tuning, stalled, held, behind, age time.Duration) bool {
+	maxHeld := t.Lease * time.Duration(t.MaxDeliveryAttempts)
+	cannotKeepUp := held > maxHeld && float64(held) >= keepUpShare*float64(behind)
+	return (stalled > t.PendingTimeout || cannotKeepUp) && !spared(t, age)
 }
+
+// keepUpShare is the least share of its time behind that a client's window
+// must have been full for the overload reaper to find that the client
+// cannot keep up. A client slower than the messages it is sent keeps its
+// window full nearly all the time; one served slowly by a loaded server
+// was measured with its window full for about a quarter of it.
+const keepUpShare = 0.75
 
 // AttemptsReaper: withdraw the recipient of a message that is due again
 // after it was already sent maxDeliveryAttempts times (paper: "signal:
@@ -52,13 +66,12 @@ func IdleReaper(t config.Tuning, lastSeen, now time.Time) bool {
 }
 
 // ReapOverloaded applies the overload reaper to every connection that has
-// messages waiting behind its full push window: it is withdrawn (close
-// 4003) when its window made no progress (no acknowledgement freed a slot)
-// for longer than pending-timeout, or when the oldest message waiting for
-// it was accepted longer ago than an unacknowledged one may stay
-// unacknowledged (lease x max-delivery-attempts). A client that
-// acknowledges as frames arrive keeps making progress and catches up,
-// whatever burst it received.
+// messages waiting behind its push window: it is withdrawn (close 4003)
+// when its full window made no progress (no acknowledgement freed a slot)
+// for longer than pending-timeout, or when it cannot keep up (see
+// OverloadReaper). A client that acknowledges as frames arrive keeps
+// making progress and catches up, whatever burst it received and however
+// slowly the server refills its window.
 func (e *Engine) ReapOverloaded() {
 	t := e.tuning()
 	now := e.now()
@@ -73,16 +86,16 @@ func (e *Engine) ReapOverloaded() {
 			m.mu.Unlock()
 			continue
 		}
-		stalled := now.Sub(m.progressAt)
+		stalled, held, behind := m.heldLocked(now)
 		var lag time.Duration
 		for _, oldest := range m.behind {
 			lag = max(lag, now.Sub(oldest))
 		}
 		m.mu.Unlock()
-		if OverloadReaper(t, stalled, lag, now.Sub(m.connectedAt)) {
+		if OverloadReaper(t, stalled, held, behind, now.Sub(m.connectedAt)) {
 			why := fmt.Sprintf("withdrawn: %d unacknowledged messages (max-pending) held the window for %v with more waiting", t.MaxPending, stalled.Round(time.Millisecond))
 			if stalled <= t.PendingTimeout {
-				why = fmt.Sprintf("withdrawn: too far behind, the oldest message waiting is %v old", lag.Round(time.Millisecond))
+				why = fmt.Sprintf("withdrawn: cannot keep up, the window was full for %v of %v with more waiting (the oldest %v old)", held.Round(time.Millisecond), behind.Round(time.Millisecond), lag.Round(time.Millisecond))
 			}
 			over = append(over, verdict{m, why})
 		}

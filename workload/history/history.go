@@ -138,7 +138,12 @@ type Store interface {
 	CreateGroup(ctx context.Context, creator, title string, members []string) (Chat, error)
 	// Chat returns a chat by id, or ErrNotFound.
 	Chat(ctx context.Context, chatID string) (Chat, error)
-	// ChatsOf lists the chats user is a member of, oldest first.
+	// ChatsOf lists the chats user is a member of, oldest first, from one
+	// snapshot, each with CreatedBy, LastRead (the markers of its current
+	// members) and Unread (user's count of messages after its own marker
+	// sent by others, capped at MaxUnread: PROTOCOL.md §2). The count must
+	// be an index range bounded by MaxUnread, not a scan of the chat's
+	// history (see docs/design.md, "Read state and membership").
 	ChatsOf(ctx context.Context, user string) ([]Chat, error)
 	// AddMember adds user to a group chat; by must be a member (else
 	// ErrNotMember), direct chats give ErrInvalid, unknown chats

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"net/http"
 	"strconv"
 	"sync"
@@ -72,14 +73,14 @@ func (r *seriesRing) since(t int64) []Sample {
 }
 
 // adminPageRoutes serves the operator page (package admin) and
-// GET /admin/series, and starts the sampler that fills the series ring
-// once a second until the server drains. Called once, from routes.
+// GET /admin/series from the ring the sampler fills (started by Start,
+// sampleLoop). Called once, from routes.
 func (s *Server) adminPageRoutes(mux *http.ServeMux) {
 	page := admin.Handler()
 	mux.Handle("GET "+admin.PagePath, page)
 	mux.Handle("GET "+admin.ScriptPath, page)
 	mux.Handle("GET "+admin.StylePath, page)
-	ring := &seriesRing{}
+	ring := s.series
 	mux.HandleFunc("GET /admin/series", s.adminOnly(func(w http.ResponseWriter, r *http.Request) {
 		minutes := 10.0
 		if v := r.URL.Query().Get("minutes"); v != "" {
@@ -94,22 +95,23 @@ func (s *Server) adminPageRoutes(mux *http.ServeMux) {
 		w.Header().Set("Cache-Control", "no-store")
 		writeJSON(w, http.StatusOK, SeriesResponse{IntervalMs: seriesInterval.Milliseconds(), Capacity: SeriesCapacity, Samples: ring.since(from)})
 	}))
-	s.bg.Add(1)
-	go s.sampleLoop(ring)
 	s.pprofRoutes(mux)
 }
 
-// sampleLoop records a sample every seriesInterval. It checks for shutdown
-// more often so that Shutdown, which waits for it, is not held up.
-func (s *Server) sampleLoop(ring *seriesRing) {
+// sampleLoop records a sample into ring every seriesInterval until ctx
+// ends (Shutdown cancels it and waits). It wakes more often than that so
+// that the grid below can notice a stall.
+func (s *Server) sampleLoop(ctx context.Context, ring *seriesRing) {
 	defer s.bg.Done()
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	ring.add(s.sample())
 	last := time.Now()
-	for range tick.C {
-		if s.draining.Load() {
+	for {
+		select {
+		case <-ctx.Done():
 			return
+		case <-tick.C:
 		}
 		if now := time.Now(); now.Sub(last) >= seriesInterval {
 			// Keep samples on a 1 s grid from the first one (now - last

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/tetra-messenger/tetra/workload/auth"
 	"github.com/tetra-messenger/tetra/workload/history"
@@ -118,9 +119,15 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
 		writeError(w, protocol.CodeInvalid, "request body unreadable")
 		return false
 	}
+	// encoding/json would turn invalid UTF-8 into U+FFFD and store it;
+	// PROTOCOL.md §3 refuses it alike everywhere.
+	if !utf8.Valid(body) {
+		writeError(w, protocol.CodeInvalid, "request body is not valid UTF-8")
+		return false
+	}
 	if err := json.Unmarshal(body, v); err != nil {
 		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) {
+		if errors.As(err, &te) && te.Field != "" {
 			writeError(w, protocol.CodeInvalid, fmt.Sprintf("field %q has the wrong type", te.Field))
 		} else {
 			writeError(w, protocol.CodeInvalid, "request body must be a JSON object")

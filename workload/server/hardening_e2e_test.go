@@ -63,6 +63,16 @@ func TestE2ETextRulesAlike(t *testing.T) {
 			status, raw := e.call("POST", "/api/chats", tok, body)
 			expectInvalid(t, fmt.Sprintf("POST /api/chats %q", body), status, raw)
 		}
+		// Invalid UTF-8 in a raw body: encoding/json alone would store
+		// U+FFFD in its place (found by a fresh tester).
+		for _, body := range []string{
+			"{\"kind\":\"group\",\"title\":\"ok\xff\xfe\",\"members\":[\"bob\"]}",
+			"{\"kind\":\"group\",\"title\":\"ok\",\"members\":[\"bo\xffb\"]}",
+			"{\"kind\":\"direct\",\"members\":[\"zed\xc0\"]}",
+		} {
+			status, raw := e.call("POST", "/api/chats", tok, []byte(body))
+			expectInvalid(t, fmt.Sprintf("POST /api/chats %q", body), status, raw)
+		}
 		status, raw := e.call("GET", "/api/chats/"+chat.ChatID+"%00/messages", tok, nil)
 		expectInvalid(t, "history of a chat id with NUL", status, raw)
 		status, raw = e.call("POST", "/api/chats/"+chat.ChatID+"%00/members", tok, map[string]string{"userId": "carol"})

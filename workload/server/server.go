@@ -229,6 +229,7 @@ type Server struct {
 
 	bg       sync.WaitGroup
 	bgCancel context.CancelFunc
+	series   *seriesRing // the admin page's samples, filled by sampleLoop
 	stopOnce sync.Once
 	stopErr  error
 
@@ -542,8 +543,10 @@ func (s *Server) Start(ctx context.Context) error {
 	}
 	bgctx, cancel := context.WithCancel(context.Background())
 	s.bgCancel = cancel
-	s.bg.Add(1)
+	s.bg.Add(2)
 	go s.retentionLoop(bgctx)
+	s.series = &seriesRing{}
+	go s.sampleLoop(bgctx, s.series)
 	if s.cfg.TuningDir != "" {
 		s.startTuningWatch(bgctx)
 	}

@@ -107,7 +107,7 @@ type session struct {
 	user   string
 	device string
 
-	out        chan []byte
+	out        *outQueue
 	closing    chan struct{}
 	closeOnce  sync.Once
 	closeCode  atomic.Int32
@@ -137,7 +137,7 @@ func newSession(s *Server, c *websocket.Conn, user, device string) *session {
 	wctx, wdone := context.WithCancel(context.Background())
 	return &session{
 		srv: s, ws: c, id: ulid.Make().String(), user: user, device: device,
-		out:        make(chan []byte, s.cfg.OutboundQueue),
+		out:        newOutQueue(s.cfg.OutboundQueue),
 		closing:    make(chan struct{}),
 		writerGone: make(chan struct{}),
 		writerCtx:  wctx, writerDone: wdone,
@@ -149,12 +149,6 @@ func (c *session) ID() string     { return c.id }
 func (c *session) User() string   { return c.user }
 func (c *session) Device() string { return c.device }
 
-// answerReserve is the part of the outbound queue that message frames
-// leave free for answers and control frames, so a send's answer never waits
-// behind a queue full of messages. Server.Config.OutboundQueue is at least
-// twice it.
-const answerReserve = 64
-
 // Enqueue implements delivery.Conn: message frames fill the queue up to
 // answerReserve short of its capacity; beyond that they are left to
 // re-delivery after the lease.
@@ -164,15 +158,7 @@ func (c *session) Enqueue(frame []byte) bool {
 		return false
 	default:
 	}
-	if len(c.out) >= cap(c.out)-answerReserve {
-		return false
-	}
-	select {
-	case c.out <- frame:
-		return true
-	default:
-		return false
-	}
+	return c.out.pushMessage(frame)
 }
 
 // awaitRoom is the reader's backpressure: before it handles another frame
@@ -181,25 +167,13 @@ func (c *session) Enqueue(frame []byte) bool {
 // of losing answers. After the write timeout it closes the connection
 // (1008) and reports false.
 func (c *session) awaitRoom(ctx context.Context) bool {
-	limit := cap(c.out) - answerReserve
-	if len(c.out) < limit {
+	if c.out.awaitRoom(ctx, c.closing, time.Now().Add(c.srv.cfg.WriteTimeout)) {
 		return true
 	}
-	deadline := time.Now().Add(c.srv.cfg.WriteTimeout)
-	for len(c.out) >= limit {
-		if time.Now().After(deadline) {
-			c.Close(protocol.ClosePolicy, "outbound queue full: the client does not read")
-			return false
-		}
-		select {
-		case <-c.closing:
-			return false
-		case <-ctx.Done():
-			return false
-		case <-time.After(time.Millisecond): // a misbehaving client only; the queue has no "room" event
-		}
+	if ctx.Err() == nil {
+		c.Close(protocol.ClosePolicy, "outbound queue full: the client does not read")
 	}
-	return true
+	return false
 }
 
 // Close implements delivery.Conn: the writer flushes what is queued (up to
@@ -224,9 +198,7 @@ func (c *session) send(frame any) {
 		return
 	default:
 	}
-	select {
-	case c.out <- protocol.Encode(frame):
-	default:
+	if !c.out.pushAnswer(protocol.Encode(frame)) {
 		c.Close(protocol.ClosePolicy, "outbound queue full: the client does not read its answers")
 	}
 }
@@ -292,7 +264,8 @@ func (c *session) writer(ctx context.Context) {
 	}
 	for {
 		select {
-		case f := <-c.out:
+		case f := <-c.out.next():
+			c.out.took()
 			if !write(f) {
 				c.Close(int(websocket.StatusGoingAway), "write failed")
 				c.srv.metrics.WebSocketClosed(1006) // dropped without a close frame
@@ -304,7 +277,7 @@ func (c *session) writer(ctx context.Context) {
 		flush:
 			for time.Now().Before(deadline) {
 				select {
-				case f := <-c.out:
+				case f := <-c.out.next():
 					if !write(f) {
 						break flush
 					}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -20,17 +19,6 @@ import (
 // epoch moved, or another transaction took a key or message id, between
 // its reads and its writes.
 const maxCommitAttempts = 8
-
-// validDraft checks what the ingest stage must have filled in and every
-// text of the draft (history.CheckDraft, the rule every store shares: it
-// also keeps out what PostgreSQL text cannot hold, NUL and invalid UTF-8),
-// and that SentAt is storable.
-func validDraft(d history.Draft) error {
-	if d.SentAt.Before(minTime) || d.SentAt.After(maxTime) {
-		return fmt.Errorf("%w: draft sentAt %v is unset or out of range", history.ErrInvalid, d.SentAt)
-	}
-	return history.CheckDraft(d)
-}
 
 // Commit stores drafts in one transaction. For each draft in order: a draft
 // that history.CheckDraft refuses (a missing or over-long id, NUL or invalid
@@ -91,54 +79,33 @@ func (db *DB) commit(ctx context.Context, drafts []history.Draft, hooks *commitH
 	}
 }
 
-// key is an idempotency key.
-type key struct{ sender, correlation string }
-
-// commitRun is the state of one attempt of a Commit.
+// commitRun is the state of one attempt of a Commit: what it read and the
+// plan (history.CommitPlan, the rules every store shares) it decided.
 type commitRun struct {
-	db      *DB
-	drafts  []history.Draft
-	results []history.Result
+	db   *DB
+	plan *history.CommitPlan
 
 	epoch   int64
 	members map[string][]string // chat id -> sorted members; unknown chats are absent
-	byKey   map[key]history.Message
+	byKey   map[history.Key]history.Message
 	usedIDs map[string]bool // message ids in history
-
-	inserts []int       // indexes of drafts to insert, in order
-	planned map[key]int // keys of drafts to insert -> draft index
-	dupOf   map[int]int // draft index -> index of the earlier draft in this batch it duplicates
 }
 
 // commitOnce runs one attempt. again reports that the attempt wrote nothing
 // because the world moved between its reads and its writes.
 func (db *DB) commitOnce(ctx context.Context, drafts []history.Draft, hooks *commitHooks) (results []history.Result, again bool, err error) {
-	r := &commitRun{
-		db:      db,
-		drafts:  drafts,
-		results: make([]history.Result, len(drafts)),
-		planned: map[key]int{},
-		dupOf:   map[int]int{},
+	r := &commitRun{db: db, plan: history.NewCommitPlan(drafts)}
+	if !r.plan.Valid() {
+		return r.plan.Results, false, nil
 	}
-	// What to read: chats, keys and ids of the drafts that pass validation.
-	var chats, senders, correlations, ids []string
-	valid := 0
-	for i, d := range drafts {
-		if err := validDraft(d); err != nil {
-			r.results[i].Err = err
-			continue
-		}
-		valid++
-		chats = append(chats, d.ChatID)
-		senders = append(senders, d.SenderID)
-		correlations = append(correlations, d.CorrelationID)
-		ids = append(ids, d.ID)
+	// What to read: chats, keys and ids of the drafts that pass their own
+	// checks.
+	chats, ids := r.plan.Chats(), r.plan.IDs()
+	var senders, correlations []string
+	for _, k := range r.plan.Keys() {
+		senders = append(senders, k.Sender)
+		correlations = append(correlations, k.Correlation)
 	}
-	if valid == 0 {
-		return r.results, false, nil
-	}
-	slices.Sort(chats)
-	chats = slices.Compact(chats)
 
 	conn, err := db.pool.Acquire(ctx)
 	if err != nil {
@@ -153,17 +120,17 @@ func (db *DB) commitOnce(ctx context.Context, drafts []history.Draft, hooks *com
 	if hooks != nil && hooks.afterRead != nil {
 		hooks.afterRead(ctx)
 	}
-	r.plan()
-	if len(r.inserts) == 0 {
+	r.plan.Decide(history.Known{Members: r.members, Committed: r.byKey, UsedIDs: r.usedIDs})
+	if len(r.plan.Inserts) == 0 {
 		// Nothing to write: duplicates and rule violations only. The
 		// deferred rollback ends the read-only transaction.
-		return r.results, false, nil
+		return r.plan.Results, false, nil
 	}
 	again, err = r.write(ctx, conn, hooks)
 	if err != nil || again {
 		return nil, again, err
 	}
-	return r.results, false, nil
+	return r.plan.Finish(), false, nil
 }
 
 // read is the first round trip: BEGIN and the reads, in one pipelined
@@ -172,7 +139,7 @@ func (db *DB) commitOnce(ctx context.Context, drafts []history.Draft, hooks *com
 // duplicates, or every list when the epoch moved past the cache) cost one
 // more round trip.
 func (r *commitRun) read(ctx context.Context, conn *pgxpool.Conn, chats, senders, correlations, ids []string) error {
-	cacheEpoch, cached := r.db.cache.lookup(chats)
+	cacheEpoch, cached := r.db.cache.Lookup(chats)
 	var uncached []string
 	for _, c := range chats {
 		if _, ok := cached[c]; !ok {
@@ -200,9 +167,9 @@ func (r *commitRun) read(ctx context.Context, conn *pgxpool.Conn, chats, senders
 		if err != nil {
 			return err
 		}
-		r.byKey = make(map[key]history.Message, len(msgs))
+		r.byKey = make(map[history.Key]history.Message, len(msgs))
 		for _, m := range msgs {
-			r.byKey[key{m.SenderID, m.CorrelationID}] = m
+			r.byKey[history.Key{Sender: m.SenderID, Correlation: m.CorrelationID}] = m
 		}
 		rows, _ = br.Query()
 		used, err := pgx.CollectRows(rows, pgx.RowTo[string])
@@ -266,7 +233,7 @@ func (r *commitRun) read(ctx context.Context, conn *pgxpool.Conn, chats, senders
 			fetched[c] = r.members[c]
 		}
 	}
-	r.db.cache.store(r.epoch, fetched)
+	r.db.cache.Store(r.epoch, fetched)
 	return nil
 }
 
@@ -337,83 +304,6 @@ func scanMessage(row pgx.CollectableRow) (history.Message, error) {
 	return m, err
 }
 
-// plan decides every valid draft from what read found, in draft order, the
-// way the SQLite store decides them one by one inside its transaction.
-func (r *commitRun) plan() {
-	for i, d := range r.drafts {
-		if r.results[i].Err != nil {
-			continue
-		}
-		k := key{d.SenderID, d.CorrelationID}
-		ms, known := r.members[d.ChatID]
-		if _, member := slices.BinarySearch(ms, d.SenderID); !known || !member {
-			// The idempotency key is checked before the rules: a resend
-			// names the original's chat and body, anything else is refused.
-			if r.duplicate(i, k) {
-				continue
-			}
-			if !known {
-				r.results[i].Err = fmt.Errorf("%w: chat %q", history.ErrNotFound, d.ChatID)
-				continue
-			}
-			r.results[i] = history.Result{
-				Err:     fmt.Errorf("%w: %q in chat %q", history.ErrNotMember, d.SenderID, d.ChatID),
-				Members: slices.Clone(ms),
-			}
-			continue
-		}
-		if r.duplicate(i, k) {
-			continue
-		}
-		if r.usedIDs[d.ID] {
-			r.results[i].Err = fmt.Errorf("%w: message id %q is already used", history.ErrInvalid, d.ID)
-			continue
-		}
-		r.usedIDs[d.ID] = true
-		r.planned[k] = i
-		r.inserts = append(r.inserts, i)
-		r.results[i] = history.Result{
-			Message: history.Message{
-				ID:            d.ID,
-				ChatID:        d.ChatID,
-				SenderID:      d.SenderID,
-				SenderDevice:  d.SenderDevice,
-				CorrelationID: d.CorrelationID,
-				Body:          d.Body,
-				SentAt:        fromNanos(nanos(d.SentAt)),
-			},
-			Members: slices.Clone(ms),
-		}
-	}
-}
-
-// duplicate fills the result of draft i when its key was committed before
-// or is planned earlier in this batch, and reports whether it did: the
-// original as a Duplicate, or ErrInvalid when draft i names another chat or
-// body (history.CheckResend).
-func (r *commitRun) duplicate(i int, k key) bool {
-	d := r.drafts[i]
-	if orig, ok := r.byKey[k]; ok {
-		if err := history.CheckResend(orig.ChatID, orig.Body, d); err != nil {
-			r.results[i] = history.Result{Err: err}
-			return true
-		}
-		r.results[i] = history.Result{Message: orig, Duplicate: true, Members: slices.Clone(r.members[orig.ChatID])}
-		return true
-	}
-	if j, ok := r.planned[k]; ok {
-		if err := history.CheckResend(r.drafts[j].ChatID, r.drafts[j].Body, d); err != nil {
-			r.results[i] = history.Result{Err: err}
-			return true
-		}
-		// Completed with the original's Seq once it is inserted.
-		r.dupOf[i] = j
-		r.results[i] = history.Result{Duplicate: true, Members: slices.Clone(r.results[j].Members)}
-		return true
-	}
-	return false
-}
-
 // insertSQL inserts the planned history rows and their outbox rows in one
 // statement, in draft order and, within a message, in member order, so ids
 // grow in that order (volatile defaults are evaluated after the ORDER BY).
@@ -456,7 +346,8 @@ const insertHistorySQL = `WITH d AS (
 // in one pipelined batch. again reports that nothing was written because
 // the epoch moved or a key or message id was taken since read.
 func (r *commitRun) write(ctx context.Context, conn *pgxpool.Conn, hooks *commitHooks) (again bool, err error) {
-	n := len(r.inserts)
+	inserts, results := r.plan.Inserts, r.plan.Results
+	n := len(inserts)
 	messageIDs := make([]string, n)
 	chatIDs := make([]string, n)
 	senders := make([]string, n)
@@ -465,12 +356,12 @@ func (r *commitRun) write(ctx context.Context, conn *pgxpool.Conn, hooks *commit
 	bodies := make([]string, n)
 	sentAts := make([]int64, n)
 	var rMessages, rRecipients []string
-	for j, i := range r.inserts {
-		m := r.results[i].Message
+	for j, i := range inserts {
+		m := results[i].Message
 		messageIDs[j], chatIDs[j], senders[j], devices[j] = m.ID, m.ChatID, m.SenderID, m.SenderDevice
 		correlations[j], bodies[j], sentAts[j] = m.CorrelationID, m.Body, nanos(m.SentAt)
 		if r.db.cfg.Outbox {
-			for _, member := range r.results[i].Members {
+			for _, member := range results[i].Members {
 				rMessages = append(rMessages, m.ID)
 				rRecipients = append(rRecipients, member)
 			}
@@ -556,20 +447,18 @@ func (r *commitRun) write(ctx context.Context, conn *pgxpool.Conn, hooks *commit
 	if len(seq) != n {
 		return false, unavailable("commit", fmt.Errorf("%d history rows inserted, %d planned", len(seq), n))
 	}
-	for _, i := range r.inserts {
-		res := &r.results[i]
-		res.Message.Seq = seq[res.Message.ID]
+	for _, i := range inserts {
+		res := results[i]
+		sq := seq[res.Message.ID]
+		var ds []history.Delivery
 		if r.db.cfg.Outbox {
-			ds := deliveries[res.Message.Seq]
+			ds = deliveries[sq]
 			slices.SortFunc(ds, func(a, b history.Delivery) int { return cmp.Compare(a.Pos, b.Pos) })
 			if len(ds) != len(res.Members) {
 				return false, unavailable("commit", fmt.Errorf("message %s: %d outbox rows for %d members", res.Message.ID, len(ds), len(res.Members)))
 			}
-			res.Deliveries = ds
 		}
-	}
-	for i, j := range r.dupOf {
-		r.results[i].Message = r.results[j].Message
+		r.plan.Inserted(i, sq, ds)
 	}
 	return false, nil
 }
@@ -586,49 +475,4 @@ func commitTag(tag interface{ String() string }, err error) error {
 		return errCommitRolledBack
 	}
 	return nil
-}
-
-// maxCachedChats bounds the member cache; it is emptied when full.
-const maxCachedChats = 100_000
-
-// memberCache maps chat ids to sorted member lists, all read at or after
-// one membership epoch. Every member change (AddMember, RemoveMember)
-// bumps the epoch in its transaction, so an entry is exact
-// until the epoch moves. The epoch only goes forward.
-type memberCache struct {
-	mu    sync.Mutex
-	epoch int64
-	chats map[string][]string
-}
-
-// lookup returns the cache's epoch and the cached lists of chats.
-func (m *memberCache) lookup(chats []string) (int64, map[string][]string) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	found := make(map[string][]string, len(chats))
-	for _, c := range chats {
-		if ms, ok := m.chats[c]; ok {
-			found[c] = ms
-		}
-	}
-	return m.epoch, found
-}
-
-// store adds lists read at or after epoch. A newer epoch empties the cache
-// first; lists of an older epoch than the cache's are dropped.
-func (m *memberCache) store(epoch int64, lists map[string][]string) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if epoch < m.epoch {
-		return
-	}
-	if m.chats == nil || epoch > m.epoch || len(m.chats)+len(lists) > maxCachedChats {
-		m.chats = map[string][]string{}
-		m.epoch = epoch
-	}
-	for c, ms := range lists {
-		if ms != nil { // unknown chats are not cached: one may be created
-			m.chats[c] = ms
-		}
-	}
 }

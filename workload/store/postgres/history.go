@@ -11,12 +11,6 @@ import (
 	"github.com/tetra-messenger/tetra/workload/history"
 )
 
-// Timestamps are stored as bigint Unix nanoseconds, which cover these years.
-var (
-	minTime = time.Unix(0, math.MinInt64).Add(time.Second)  // 1677-09-21
-	maxTime = time.Unix(0, math.MaxInt64).Add(-time.Second) // 2262-04-11
-)
-
 // pageQuery reads a page of a chat ($1) after the message $2, resolved to
 // its sequence only within the chat (0 when it does not resolve), limit $3.
 // It ranges over the history_unread index (chat_id, id).
@@ -136,11 +130,11 @@ func (db *DB) PurgeHistory(ctx context.Context, cutoff time.Time, limit int) (in
 	if limit < 1 {
 		return 0, fmt.Errorf("%w: purge limit %d, want at least 1", history.ErrInvalid, limit)
 	}
-	if cutoff.Before(minTime) {
+	if cutoff.Before(history.MinSentAt) {
 		return 0, nil
 	}
 	cut := int64(math.MaxInt64)
-	if cutoff.Before(maxTime) {
+	if cutoff.Before(history.MaxSentAt) {
 		cut = nanos(cutoff)
 	}
 	// One statement: the victims are chosen once, locked against a

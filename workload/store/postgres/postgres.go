@@ -53,7 +53,7 @@ type DB struct {
 	target string // user@host:port/database, for messages
 
 	// cache holds member lists for Commit, valid for one membership epoch.
-	cache memberCache
+	cache history.MemberCache
 
 	closeOnce sync.Once
 }

@@ -6,26 +6,17 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
+	"strings"
 	"time"
 
 	"github.com/tetra-messenger/tetra/workload/history"
 )
 
-// validDraft checks what the ingest stage must have filled in and every
-// text of the draft (history.CheckDraft, the rule every store shares), and
-// that SentAt is storable.
-func validDraft(d history.Draft) error {
-	if d.SentAt.Before(minTime) || d.SentAt.After(maxTime) {
-		return fmt.Errorf("%w: draft sentAt %v is unset or out of range", history.ErrInvalid, d.SentAt)
-	}
-	return history.CheckDraft(d)
-}
-
-// Commit stores drafts in one transaction on the writer connection. For each
-// draft in order: a draft that history.CheckDraft refuses (a missing or
-// over-long id, NUL or invalid UTF-8 in any text, a control character in the
-// sender) or without a storable SentAt (years 1678 to 2262) gets
+// Commit stores drafts in one transaction on the writer connection,
+// deciding them by the rules every store shares (history.CommitPlan):
+// a draft that fails its own checks (history.CheckDraft: a missing or
+// over-long id, NUL or invalid UTF-8 in any text, a control character in
+// the sender; or a SentAt outside history.MinSentAt..MaxSentAt) gets
 // ErrInvalid; a (SenderID, CorrelationID) already in history, committed
 // earlier or earlier in this batch, gets Duplicate with the original
 // message when the draft names the original's chat and body, and
@@ -40,162 +31,207 @@ func validDraft(d history.Draft) error {
 // stored. An empty batch returns an empty slice without touching the
 // database.
 //
-// Member lists come from an in-process cache that is checked, inside the
-// write transaction, against the membership epoch every AddMember bumps, so
-// a member added or removed by any process is in (or out of) the next
-// commit's deliveries.
+// What the plan needs is read inside the write transaction, before any
+// insert, in three statements for the batch (member lists come from an
+// in-process cache checked against the membership epoch every member
+// change bumps, so a member added or removed by any process is in, or out
+// of, the next commit's deliveries). The store has one writer, so nothing
+// changes between those reads and the inserts.
 func (db *DB) Commit(ctx context.Context, drafts []history.Draft) ([]history.Result, error) {
-	results := make([]history.Result, len(drafts))
 	if len(drafts) == 0 {
-		return results, nil
+		return []history.Result{}, nil
+	}
+	plan := history.NewCommitPlan(drafts)
+	if !plan.Valid() {
+		return plan.Results, nil
 	}
 	tx, err := db.w.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, unavailable("commit", err)
 	}
 	defer rollback(tx)
-	c := committer{
-		db:         db,
-		ctx:        ctx,
-		tx:         tx,
-		dupe:       tx.StmtContext(ctx, db.wDupe),
-		insHistory: tx.StmtContext(ctx, db.wInsertHistory),
-		insOutbox:  tx.StmtContext(ctx, db.wInsertOutbox),
-		createdAt:  nanos(time.Now()),
-	}
 	var epoch int64
 	if err := tx.StmtContext(ctx, db.wEpoch).QueryRowContext(ctx).Scan(&epoch); err != nil {
 		return nil, unavailable("commit: membership epoch", err)
 	}
-	db.cache.sync(epoch)
-	for i, d := range drafts {
-		if results[i], err = c.one(d); err != nil {
+	c := committer{
+		db:         db,
+		epoch:      epoch,
+		ctx:        ctx,
+		tx:         tx,
+		insHistory: tx.StmtContext(ctx, db.wInsertHistory),
+		insOutbox:  tx.StmtContext(ctx, db.wInsertOutbox),
+		createdAt:  nanos(time.Now()),
+	}
+	known, err := c.read(plan)
+	if err != nil {
+		return nil, err
+	}
+	plan.Decide(known)
+	for _, i := range plan.Inserts {
+		seq, deliveries, err := c.insert(plan.Results[i])
+		if err != nil {
 			return nil, err
 		}
+		plan.Inserted(i, seq, deliveries)
 	}
 	if err := tx.Commit(); err != nil {
 		return nil, unavailable("commit", err)
 	}
-	return results, nil
+	return plan.Finish(), nil
 }
 
 // committer is the state of one Commit transaction.
 type committer struct {
-	db                          *DB
-	ctx                         context.Context
-	tx                          *sql.Tx
-	dupe, insHistory, insOutbox *sql.Stmt
-	createdAt                   int64
+	db                    *DB
+	ctx                   context.Context
+	tx                    *sql.Tx
+	insHistory, insOutbox *sql.Stmt
+	createdAt             int64
+	epoch                 int64 // the membership epoch read in tx
 }
 
-// one commits one draft. A returned error fails the batch; rule violations
-// are in Result.Err.
-func (c *committer) one(d history.Draft) (history.Result, error) {
-	if err := validDraft(d); err != nil {
-		return history.Result{Err: err}, nil
-	}
-	ms, err := c.members(d.ChatID)
-	if err != nil {
-		return history.Result{}, err
-	}
-	if _, member := slices.BinarySearch(ms, d.SenderID); ms == nil || !member {
-		// The idempotency key is checked before the rules: a resend names
-		// the original's chat and body, anything else is refused.
-		if r, found, err := c.duplicate(d); err != nil || found {
-			return r, err
-		}
-		if ms == nil {
-			return history.Result{Err: fmt.Errorf("%w: chat %q", history.ErrNotFound, d.ChatID)}, nil
-		}
-		return history.Result{
-			Err:     fmt.Errorf("%w: %q in chat %q", history.ErrNotMember, d.SenderID, d.ChatID),
-			Members: slices.Clone(ms),
-		}, nil
-	}
+// maxReadKeys bounds the keys or ids one read statement names (SQLite
+// bounds a statement's parameters).
+const maxReadKeys = 500
 
-	msg := history.Message{
-		ID:            d.ID,
-		ChatID:        d.ChatID,
-		SenderID:      d.SenderID,
-		SenderDevice:  d.SenderDevice,
-		CorrelationID: d.CorrelationID,
-		Body:          d.Body,
-		SentAt:        fromNanos(nanos(d.SentAt)),
+// read reads what plan needs: the member lists of its chats and of the
+// chats of the originals its keys name, the messages under its keys, and
+// which of its ids are used.
+func (c *committer) read(plan *history.CommitPlan) (history.Known, error) {
+	k := history.Known{Members: map[string][]string{}, Committed: map[history.Key]history.Message{}, UsedIDs: map[string]bool{}}
+	need := func(chat string) error {
+		if _, ok := k.Members[chat]; ok {
+			return nil
+		}
+		ms, err := c.members(chat)
+		if ms != nil {
+			k.Members[chat] = ms
+		}
+		return err
 	}
-	// The insert does nothing when (sender, correlation) exists, committed
-	// earlier or earlier in this transaction: that is the idempotency check.
+	for _, chat := range plan.Chats() {
+		if err := need(chat); err != nil {
+			return k, err
+		}
+	}
+	for keys := range slices.Chunk(plan.Keys(), maxReadKeys) {
+		if err := c.readKeys(keys, k.Committed); err != nil {
+			return k, err
+		}
+	}
+	for _, m := range k.Committed {
+		if err := need(m.ChatID); err != nil {
+			return k, err
+		}
+	}
+	for ids := range slices.Chunk(plan.IDs(), maxReadKeys) {
+		if err := c.readIDs(ids, k.UsedIDs); err != nil {
+			return k, err
+		}
+	}
+	return k, nil
+}
+
+// readKeys adds the messages stored under keys to into: one statement, an
+// index probe per key (the CROSS JOIN keeps SQLite from scanning history).
+func (c *committer) readKeys(keys []history.Key, into map[history.Key]history.Message) error {
+	var q strings.Builder
+	q.WriteString(`WITH k(s, c) AS (VALUES `)
+	args := make([]any, 0, 2*len(keys))
+	for i, key := range keys {
+		if i > 0 {
+			q.WriteString(",")
+		}
+		q.WriteString("(?, ?)")
+		args = append(args, key.Sender, key.Correlation)
+	}
+	q.WriteString(`) SELECT h.id, h.message_id, h.chat_id, h.sender_id, h.sender_device, h.correlation_id, h.body, h.sent_at
+		FROM k CROSS JOIN history AS h ON h.sender_id = k.s AND h.correlation_id = k.c`)
+	rows, err := c.tx.QueryContext(c.ctx, q.String(), args...)
+	if err != nil {
+		return unavailable("commit: dedupe", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var m history.Message
+		var sentAt int64
+		if err := rows.Scan(&m.Seq, &m.ID, &m.ChatID, &m.SenderID, &m.SenderDevice, &m.CorrelationID, &m.Body, &sentAt); err != nil {
+			return unavailable("commit: dedupe", err)
+		}
+		m.SentAt = fromNanos(sentAt)
+		into[history.Key{Sender: m.SenderID, Correlation: m.CorrelationID}] = m
+	}
+	if err := rows.Err(); err != nil {
+		return unavailable("commit: dedupe", err)
+	}
+	return nil
+}
+
+// readIDs marks in into which of ids are message ids in history.
+func (c *committer) readIDs(ids []string, into map[string]bool) error {
+	args := make([]any, len(ids))
+	for i, id := range ids {
+		args[i] = id
+	}
+	q := `SELECT message_id FROM history WHERE message_id IN (?` + strings.Repeat(", ?", len(ids)-1) + `)`
+	rows, err := c.tx.QueryContext(c.ctx, q, args...)
+	if err != nil {
+		return unavailable("commit: message ids", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return unavailable("commit: message ids", err)
+		}
+		into[id] = true
+	}
+	if err := rows.Err(); err != nil {
+		return unavailable("commit: message ids", err)
+	}
+	return nil
+}
+
+// insert stores a planned message: its history row, then one outbox row
+// per member (with the outbox on). The plan found its key and id free and
+// nothing else writes, so a conflict here is the store's failure.
+func (c *committer) insert(r history.Result) (int64, []history.Delivery, error) {
+	msg := r.Message
 	res, err := c.insHistory.ExecContext(c.ctx, msg.ID, msg.ChatID, msg.SenderID, msg.SenderDevice,
 		msg.CorrelationID, msg.Body, nanos(msg.SentAt))
-	if isUniqueViolation(err) {
-		// The conflict on (sender, correlation) is absorbed by the insert,
-		// so this one is the message id.
-		return history.Result{Err: fmt.Errorf("%w: message id %q is already used", history.ErrInvalid, d.ID)}, nil
-	}
 	if err != nil {
-		return history.Result{}, unavailable("commit: insert history", err)
+		return 0, nil, unavailable("commit: insert history", err)
 	}
-	inserted, err := res.RowsAffected()
+	if n, err := res.RowsAffected(); err != nil || n != 1 {
+		return 0, nil, unavailable("commit: insert history", fmt.Errorf("%s/%s: %d rows inserted (%v), the plan found the key free", msg.SenderID, msg.CorrelationID, n, err))
+	}
+	seq, err := res.LastInsertId()
 	if err != nil {
-		return history.Result{}, unavailable("commit: insert history", err)
+		return 0, nil, unavailable("commit: insert history", err)
 	}
-	if inserted == 0 {
-		r, found, err := c.duplicate(d)
-		if err == nil && !found {
-			err = unavailable("commit", fmt.Errorf("insert of %s/%s ignored but no row holds the key", d.SenderID, d.CorrelationID))
+	if !c.db.cfg.Outbox {
+		return seq, nil, nil
+	}
+	deliveries := make([]history.Delivery, len(r.Members))
+	for j, m := range r.Members {
+		res, err := c.insOutbox.ExecContext(c.ctx, m, seq, c.createdAt)
+		if err != nil {
+			return 0, nil, unavailable("commit: insert outbox", err)
 		}
-		return r, err
-	}
-	if msg.Seq, err = res.LastInsertId(); err != nil {
-		return history.Result{}, unavailable("commit: insert history", err)
-	}
-
-	var deliveries []history.Delivery
-	if c.db.cfg.Outbox {
-		deliveries = make([]history.Delivery, len(ms))
-		for j, m := range ms {
-			res, err := c.insOutbox.ExecContext(c.ctx, m, msg.Seq, c.createdAt)
-			if err != nil {
-				return history.Result{}, unavailable("commit: insert outbox", err)
-			}
-			pos, err := res.LastInsertId()
-			if err != nil {
-				return history.Result{}, unavailable("commit: insert outbox", err)
-			}
-			deliveries[j] = history.Delivery{Recipient: m, Partition: Partition, Pos: pos}
+		pos, err := res.LastInsertId()
+		if err != nil {
+			return 0, nil, unavailable("commit: insert outbox", err)
 		}
+		deliveries[j] = history.Delivery{Recipient: m, Partition: Partition, Pos: pos}
 	}
-	return history.Result{Message: msg, Deliveries: deliveries, Members: slices.Clone(ms)}, nil
-}
-
-// duplicate looks up the message committed under d's idempotency key
-// (found: the key is taken). The result is the original as a Duplicate, or
-// ErrInvalid when d names another chat or body (history.CheckResend).
-func (c *committer) duplicate(d history.Draft) (history.Result, bool, error) {
-	orig := history.Message{SenderID: d.SenderID, CorrelationID: d.CorrelationID}
-	var sentAt int64
-	err := c.dupe.QueryRowContext(c.ctx, d.SenderID, d.CorrelationID).
-		Scan(&orig.Seq, &orig.ID, &orig.ChatID, &orig.SenderDevice, &orig.Body, &sentAt)
-	if errors.Is(err, sql.ErrNoRows) {
-		return history.Result{}, false, nil
-	}
-	if err != nil {
-		return history.Result{}, false, unavailable("commit: dedupe", err)
-	}
-	if err := history.CheckResend(orig.ChatID, orig.Body, d); err != nil {
-		return history.Result{Err: err}, true, nil
-	}
-	orig.SentAt = fromNanos(sentAt)
-	ms, err := c.members(orig.ChatID)
-	if err != nil {
-		return history.Result{}, false, err
-	}
-	return history.Result{Message: orig, Duplicate: true, Members: slices.Clone(ms)}, true, nil
+	return seq, deliveries, nil
 }
 
 // members returns the sorted members of chatID, or nil when the chat does
 // not exist, from the cache or read within the transaction.
 func (c *committer) members(chatID string) ([]string, error) {
-	if ms, ok := c.db.cache.get(chatID); ok {
+	if ms, ok := c.db.cache.Get(c.epoch, chatID); ok {
 		return ms, nil
 	}
 	rows, err := c.tx.StmtContext(c.ctx, c.db.wMembers).QueryContext(c.ctx, chatID)
@@ -225,42 +261,6 @@ func (c *committer) members(chatID string) ([]string, error) {
 		}
 		ms = []string{}
 	}
-	c.db.cache.put(chatID, ms)
+	c.db.cache.Store(c.epoch, map[string][]string{chatID: ms})
 	return ms, nil
-}
-
-// maxCachedChats bounds the member cache; it is emptied when full.
-const maxCachedChats = 100_000
-
-// memberCache maps chat ids to sorted member lists, all read at one
-// membership epoch. Every member change (AddMember, RemoveMember) bumps
-// the epoch in its transaction, so an entry is exact until
-// the epoch moves.
-type memberCache struct {
-	mu    sync.Mutex
-	epoch int64
-	chats map[string][]string
-}
-
-// sync empties the cache unless it was filled at epoch.
-func (m *memberCache) sync(epoch int64) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.chats == nil || m.epoch != epoch || len(m.chats) >= maxCachedChats {
-		m.chats = map[string][]string{}
-		m.epoch = epoch
-	}
-}
-
-func (m *memberCache) get(chatID string) ([]string, bool) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	ms, ok := m.chats[chatID]
-	return ms, ok
-}
-
-func (m *memberCache) put(chatID string, ms []string) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.chats[chatID] = ms
 }

@@ -11,12 +11,6 @@ import (
 	"github.com/tetra-messenger/tetra/workload/history"
 )
 
-// Timestamps are stored as int64 Unix nanoseconds, which cover these years.
-var (
-	minTime = time.Unix(0, math.MinInt64).Add(time.Second)  // 1677-09-21
-	maxTime = time.Unix(0, math.MaxInt64).Add(-time.Second) // 2262-04-11
-)
-
 // Page returns up to limit messages of chatID with a Seq above that of the
 // message sinceID, in Seq order, and whether more follow. A sinceID that is
 // empty, unknown, purged or from another chat starts at the beginning of the
@@ -113,11 +107,11 @@ func (db *DB) PurgeHistory(ctx context.Context, cutoff time.Time, limit int) (in
 	if limit < 1 {
 		return 0, fmt.Errorf("%w: purge limit %d, want at least 1", history.ErrInvalid, limit)
 	}
-	if cutoff.Before(minTime) {
+	if cutoff.Before(history.MinSentAt) {
 		return 0, nil
 	}
 	cut := int64(math.MaxInt64)
-	if cutoff.Before(maxTime) {
+	if cutoff.Before(history.MaxSentAt) {
 		cut = nanos(cutoff)
 	}
 	tx, err := db.w.BeginTx(ctx, nil)

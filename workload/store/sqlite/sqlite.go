@@ -12,8 +12,7 @@ import (
 
 	"github.com/oklog/ulid/v2"
 	"github.com/pressly/goose/v3"
-	"modernc.org/sqlite"
-	sqlite3 "modernc.org/sqlite/lib"
+	_ "modernc.org/sqlite" // the database/sql driver "sqlite"
 
 	"github.com/tetra-messenger/tetra/workload/history"
 	"github.com/tetra-messenger/tetra/workload/outbox"
@@ -43,12 +42,12 @@ type DB struct {
 
 	// Writer statements, bound to the writer's one connection and reused by
 	// every transaction through Tx.StmtContext.
-	wDupe, wMembers, wChatExists, wEpoch, wInsertHistory, wInsertOutbox *sql.Stmt
+	wMembers, wChatExists, wEpoch, wInsertHistory, wInsertOutbox *sql.Stmt
 	// Reader statements, prepared per pooled connection on first use.
 	rPage, rScan, rHead *sql.Stmt
 
 	// cache holds member lists for Commit, valid for one membership epoch.
-	cache memberCache
+	cache history.MemberCache
 
 	closeOnce sync.Once
 	closeErr  error
@@ -146,8 +145,6 @@ func (db *DB) prepare(ctx context.Context) error {
 		}
 		*dst, err = pool.PrepareContext(ctx, query)
 	}
-	prep(db.w, &db.wDupe, `SELECT id, message_id, chat_id, sender_device, body, sent_at
-		FROM history WHERE sender_id = ? AND correlation_id = ?`)
 	prep(db.w, &db.wMembers, `SELECT user_id FROM members WHERE chat_id = ? ORDER BY user_id`)
 	prep(db.w, &db.wChatExists, `SELECT 1 FROM chats WHERE id = ?`)
 	prep(db.w, &db.wEpoch, `SELECT epoch FROM membership_epoch WHERE id = 1`)
@@ -181,7 +178,7 @@ func (db *DB) Ping(ctx context.Context) error {
 func (db *DB) Close() error {
 	db.closeOnce.Do(func() {
 		var errs []error
-		for _, s := range []*sql.Stmt{db.wDupe, db.wMembers, db.wChatExists, db.wEpoch, db.wInsertHistory,
+		for _, s := range []*sql.Stmt{db.wMembers, db.wChatExists, db.wEpoch, db.wInsertHistory,
 			db.wInsertOutbox, db.rPage, db.rScan, db.rHead} {
 			if s != nil {
 				errs = append(errs, s.Close())
@@ -209,16 +206,6 @@ func unavailable(op string, err error) error {
 // logUnavailable wraps a backend failure for the outbox.Log methods.
 func logUnavailable(op string, err error) error {
 	return fmt.Errorf("sqlite: outbox %s: %w: %w", op, outbox.ErrUnavailable, err)
-}
-
-// isUniqueViolation reports whether err is a UNIQUE or PRIMARY KEY
-// constraint failure.
-func isUniqueViolation(err error) bool {
-	var se *sqlite.Error
-	if !errors.As(err, &se) {
-		return false
-	}
-	return se.Code() == sqlite3.SQLITE_CONSTRAINT_UNIQUE || se.Code() == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY
 }
 
 // rollback ends tx when it was not committed; after a Commit it is a no-op.

@@ -1,0 +1,107 @@
+package server
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+)
+
+// answerReserve is the part of a session's outbound queue that message
+// frames leave free for answers and control frames, so a send's answer
+// never waits behind a queue full of messages. Server.Config.OutboundQueue
+// is at least twice it.
+const answerReserve = 64
+
+// outQueue is a session's outbound queue: a bounded FIFO of encoded frames
+// that the session's writer drains onto the socket. Message frames fill it
+// up to answerReserve short of its capacity (pushMessage); answers and
+// control frames may use all of it (pushAnswer). The reader waits for room
+// below the message limit before it handles another frame (awaitRoom),
+// woken by the writer as it takes frames rather than by polling. Every
+// method is safe for concurrent use; one goroutine (the writer) takes.
+type outQueue struct {
+	frames chan []byte
+	limit  int // the most frames pushMessage fills it to
+
+	// waiting is set while awaitRoom waits; the writer then signals room
+	// after each frame it takes (a token in a one-slot channel, so a
+	// signal is never lost and never blocks the writer).
+	waiting atomic.Bool
+	room    chan struct{}
+}
+
+// newOutQueue makes a queue of capacity frames, capacity >= 2*answerReserve
+// (Config.validate checks it).
+func newOutQueue(capacity int) *outQueue {
+	return &outQueue{
+		frames: make(chan []byte, capacity),
+		limit:  capacity - answerReserve,
+		room:   make(chan struct{}, 1),
+	}
+}
+
+// pushMessage queues a message frame unless the queue holds limit frames
+// already; false means it was not queued (delivery re-sends it after its
+// lease).
+func (q *outQueue) pushMessage(f []byte) bool {
+	if len(q.frames) >= q.limit {
+		return false
+	}
+	select {
+	case q.frames <- f:
+		return true
+	default:
+		return false
+	}
+}
+
+// pushAnswer queues an answer or a control frame unless the queue is full.
+func (q *outQueue) pushAnswer(f []byte) bool {
+	select {
+	case q.frames <- f:
+		return true
+	default:
+		return false
+	}
+}
+
+// next is the channel the writer takes frames from; after each frame it
+// takes it calls took.
+func (q *outQueue) next() <-chan []byte { return q.frames }
+
+// took is the writer's signal that it took a frame.
+func (q *outQueue) took() {
+	if q.waiting.Load() {
+		select {
+		case q.room <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// awaitRoom returns true once the queue holds fewer than limit frames, at
+// once when it does already. It returns false when ctx ends, closing is
+// closed, or the queue is still at the limit at deadline.
+func (q *outQueue) awaitRoom(ctx context.Context, closing <-chan struct{}, deadline time.Time) bool {
+	if len(q.frames) < q.limit {
+		return true
+	}
+	q.waiting.Store(true)
+	defer q.waiting.Store(false)
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
+	// Checked after waiting is set: a frame taken before that shows here,
+	// one taken after it leaves a token in room.
+	for len(q.frames) >= q.limit {
+		select {
+		case <-q.room:
+		case <-timer.C:
+			return len(q.frames) < q.limit
+		case <-closing:
+			return false
+		case <-ctx.Done():
+			return false
+		}
+	}
+	return true
+}

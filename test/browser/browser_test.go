@@ -6,8 +6,9 @@
 // plus a small control endpoint, then runs `node e2e.mjs <scenario>` with
 // TETRA_URL and TETRA_CONTROL_URL set; a non-zero exit fails the subtest.
 // The control endpoint lets the script stop and start the server on the same
-// data directory and send messages from Go (workload/client) while the
-// browsers are away.
+// data directory, send messages from Go (workload/client) while the
+// browsers are away, and move stored messages back in time (the day
+// separators need days that a test run does not last).
 //
 // Prerequisites: node (20+), Chromium at /usr/bin/chromium (or $CHROMIUM)
 // and `npm ci --prefix test/browser`. When one is missing the test skips
@@ -18,6 +19,7 @@ package browser_test
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -36,10 +38,16 @@ import (
 	"github.com/tetra-messenger/tetra/internal/testenv"
 	"github.com/tetra-messenger/tetra/workload/client"
 	"github.com/tetra-messenger/tetra/workload/server"
+
+	_ "modernc.org/sqlite" // the backdate control opens the server's database
 )
 
 // scenarios are the scenario names of e2e.mjs run by TestBrowser, in order.
-var scenarios = []string{"two_users", "restart", "html_is_text", "unicode", "long_history", "bad_token", "token_refresh"}
+var scenarios = []string{
+	"two_users", "restart", "html_is_text", "unicode", "long_history", "bad_token", "token_refresh",
+	// issue 14: the page at real sizes, read state, membership, chat events
+	"members", "chat_events", "read_state", "links", "bidi_zalgo", "days_groups", "phone", "readme",
+}
 
 // scenarioConfig adjusts the server of a scenario.
 var scenarioConfig = map[string]func(*server.Config){
@@ -166,6 +174,14 @@ func newHarness(t *testing.T, mutate func(*server.Config)) *harness {
 		}
 		h.answer(w, err)
 	})
+	mux.HandleFunc("POST /backdate", func(w http.ResponseWriter, r *http.Request) {
+		var req backdateRequest
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+			h.answer(w, err)
+			return
+		}
+		h.answer(w, h.backdate(req))
+	})
 	mux.HandleFunc("POST /send", func(w http.ResponseWriter, r *http.Request) {
 		var req sendRequest
 		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
@@ -233,6 +249,45 @@ func (h *harness) stop() error {
 	err := h.srv.Shutdown(ctx)
 	h.srv = nil
 	return err
+}
+
+// backdateRequest asks the harness to give the messages of ChatID with
+// these bodies these sent times (RFC 3339).
+type backdateRequest struct {
+	ChatID string            `json:"chatId"`
+	Times  map[string]string `json:"times"`
+}
+
+// backdate stops the server, rewrites the messages' sent_at in its SQLite
+// database (the embedded default's schema: Unix nanoseconds) and starts it
+// again, so no cache of the old times survives. Test-only: nothing in the
+// protocol lets a client choose a message's time.
+func (h *harness) backdate(req backdateRequest) error {
+	if err := h.stop(); err != nil {
+		return err
+	}
+	db, err := sql.Open("sqlite", filepath.Join(h.cfg.DataDir, "tetra.db"))
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	for body, at := range req.Times {
+		t, err := time.Parse(time.RFC3339Nano, at)
+		if err != nil {
+			return fmt.Errorf("backdate %q: %w", body, err)
+		}
+		res, err := db.Exec(`UPDATE history SET sent_at = ? WHERE chat_id = ? AND body = ?`, t.UnixNano(), req.ChatID, body)
+		if err != nil {
+			return fmt.Errorf("backdate %q: %w", body, err)
+		}
+		if n, _ := res.RowsAffected(); n != 1 {
+			return fmt.Errorf("backdate %q: %d messages of chat %s have this body, want 1", body, n, req.ChatID)
+		}
+	}
+	if err := db.Close(); err != nil {
+		return err
+	}
+	return h.start()
 }
 
 // sendRequest asks the harness to send bodies to a chat as user, from a

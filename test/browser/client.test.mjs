@@ -240,3 +240,141 @@ test('close 4005: a new token before reconnecting, or sign-in again', async () =
   assert.deepEqual(why, { expired: true });
   assert.equal(lone.stopped, true, 'no reconnect with an expired token and no way to renew it');
 });
+
+// listing answers GET /api/chats with chats (the other paths as before).
+function listing(chats) {
+  const base = globalThis.fetch;
+  globalThis.fetch = async (url, opts) => {
+    const u = new URL(url, 'http://tetra.test/');
+    if (u.pathname !== '/api/chats' || (opts?.method && opts.method !== 'GET')) return base(url, opts);
+    requests.push(u);
+    return { ok: true, status: 200, json: async () => ({ chats: chats() }) };
+  };
+}
+
+test('read markers come with the listing, move forward only, and unread counts from this user\'s', async () => {
+  listing(() => [{ chatId: 'c1', kind: 'direct', members: ['alice', 'bob'], lastRead: { alice: 'm2', bob: 'm1' }, unread: 2 }]);
+  pages.set('c1', [{ messages: [msg('m1'), msg('m2'), msg('m3'), msg('m4')], hasMore: false }]);
+  const c = connected();
+  await flush();
+  assert.equal(c.unread('c1'), 2, 'm3 and m4 come after alice\'s marker');
+  assert.equal(c.reads('c1').get('bob'), 'm1');
+
+  c.onFrame({ type: 'read', chatId: 'c1', userId: 'bob', messageId: 'm3' });
+  c.onFrame({ type: 'read', chatId: 'c1', userId: 'bob', messageId: 'm2' }); // late, older: ignored
+  assert.equal(c.reads('c1').get('bob'), 'm3');
+
+  // A read on alice's other device clears the count here.
+  c.onFrame({ type: 'read', chatId: 'c1', userId: 'alice', messageId: 'm4' });
+  assert.equal(c.unread('c1'), 0);
+
+  // Reading what is already read sends nothing; reading further sends once.
+  sent = [];
+  c.read('c1', 'm3');
+  c.onFrame({ type: 'message', ...msg('m5') });
+  assert.equal(c.unread('c1'), 1);
+  c.read('c1', 'm5');
+  c.read('c1', 'm5');
+  assert.deepEqual(sent.filter((f) => f.type === 'read'), [{ type: 'read', chatId: 'c1', messageId: 'm5' }]);
+  assert.equal(c.unread('c1'), 0);
+
+  // A listing with an older marker (fetched before the read) moves nothing back.
+  c.setChats([{ chatId: 'c1', kind: 'direct', members: ['alice', 'bob'], lastRead: { alice: 'm2' }, unread: 3 }]);
+  assert.equal(c.reads('c1').get('alice'), 'm5');
+
+  // Until a chat's history is loaded, its count is the server's.
+  c.setChats([{ chatId: 'c9', kind: 'direct', members: ['alice', 'carol'], lastRead: { alice: 'q1' }, unread: 7 }]);
+  assert.equal(c.unread('c9'), 7);
+  c.stop();
+});
+
+test('chat events add, update and remove chats; a full listing drops what it no longer lists', async () => {
+  let listed = [{ chatId: 'c1', kind: 'direct', members: ['alice', 'bob'] }];
+  listing(() => listed);
+  const c = connected();
+  await flush();
+  const removed = [];
+  c.addEventListener('removed', (e) => removed.push(e.detail));
+
+  const g = { chatId: 'g1', kind: 'group', title: 'Team', members: ['alice', 'bob'], createdBy: 'bob' };
+  pages.set('g1', [{ messages: [msg('x1', 'earlier', { chatId: 'g1' })], hasMore: false }]);
+  c.onFrame({ type: 'chat', event: 'added', chat: g });
+  assert.equal(c.chats.get('g1').title, 'Team');
+  await flush();
+  assert.deepEqual(c.messages('g1').map((m) => m.body), ['earlier'], 'an added chat syncs its history');
+
+  c.onFrame({ type: 'chat', event: 'updated', chat: { ...g, members: ['alice', 'bob', 'carol'] } });
+  assert.deepEqual(c.chats.get('g1').members, ['alice', 'bob', 'carol']);
+
+  c.onFrame({ type: 'chat', event: 'removed', chat: { ...g, members: ['bob', 'carol'] } });
+  assert.equal(c.chats.has('g1'), false);
+  assert.deepEqual(removed.map((r) => [r.chat.chatId, r.why]), [['g1', 'removed']]);
+
+  // Removed while this client did not listen: the next full listing notices.
+  c.onFrame({ type: 'chat', event: 'added', chat: { ...g, chatId: 'g2' } });
+  await flush();
+  listed = [{ chatId: 'c1', kind: 'direct', members: ['alice', 'bob'] }];
+  await c.refreshChats();
+  assert.deepEqual([...c.chats.keys()], ['c1']);
+  assert.deepEqual(removed.map((r) => r.chat.chatId), ['g1', 'g2']);
+  c.stop();
+});
+
+test('leave sends DELETE and forgets the chat, even when its removed event comes first', async () => {
+  listing(() => [{ chatId: 'g1', kind: 'group', members: ['alice', 'bob'], createdBy: 'bob' }]);
+  const c = connected();
+  await flush();
+  const base = globalThis.fetch;
+  let deleted = '';
+  globalThis.fetch = async (url, opts) => {
+    if (opts?.method !== 'DELETE') return base(url, opts);
+    deleted = new URL(url, 'http://tetra.test/').pathname;
+    // The server's event reaches the socket before the answer.
+    c.onFrame({ type: 'chat', event: 'removed', chat: { chatId: 'g1', kind: 'group', members: ['bob'] } });
+    return { ok: true, status: 200, json: async () => ({ chatId: 'g1', kind: 'group', members: ['bob'] }) };
+  };
+  const why = [];
+  c.addEventListener('removed', (e) => why.push(e.detail.why));
+  await c.leave('g1');
+  assert.equal(deleted, '/api/chats/g1/members/alice');
+  assert.equal(c.chats.has('g1'), false);
+  assert.deepEqual(why, ['left']);
+  c.stop();
+});
+
+test('a listing older than an event does not undo it', async () => {
+  const g = { chatId: 'g1', kind: 'group', members: ['alice', 'bob'], createdBy: 'bob' };
+  let release;
+  let listed = [{ chatId: 'c1', kind: 'direct', members: ['alice', 'bob'] }];
+  listing(() => listed);
+  const c = connected();
+  await flush();
+  // A listing is on its way while alice is added to g1: it does not know g1.
+  const base = globalThis.fetch;
+  globalThis.fetch = async (url, opts) => {
+    const u = new URL(url, 'http://tetra.test/');
+    if (u.pathname === '/api/chats') await new Promise((r) => (release = r));
+    return base(url, opts);
+  };
+  const slow = c.refreshChats();
+  await flush();
+  c.onFrame({ type: 'chat', event: 'added', chat: g });
+  release();
+  await slow;
+  assert.ok(c.chats.has('g1'), 'the added chat stays');
+
+  // The other way round: a listing still naming g1 after alice left it.
+  listed = [{ chatId: 'c1', kind: 'direct', members: ['alice', 'bob'] }, g];
+  const again = c.refreshChats();
+  await flush();
+  c.onFrame({ type: 'chat', event: 'removed', chat: { ...g, members: ['bob'] } });
+  release();
+  await again;
+  assert.equal(c.chats.has('g1'), false, 'the removed chat does not come back');
+
+  // A listing requested after the change is believed again.
+  globalThis.fetch = base;
+  await c.refreshChats();
+  assert.ok(c.chats.has('g1'));
+  c.stop();
+});

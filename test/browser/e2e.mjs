@@ -10,7 +10,8 @@
 //                      mint tokens, send messages from Go); scenarios that
 //                      need it fail without it
 //   CHROMIUM           the browser (default /usr/bin/chromium)
-//   README_SHOT        where the "readme" scenario saves its screenshot
+//   DOCS_IMG           a folder (docs/img): the "readme", "members" and "phone"
+//                      scenarios save the pictures of the README there
 //
 // Exit status 0 when every scenario passed, 1 otherwise. Screenshots go to
 // screenshots/ (git-ignored).
@@ -38,6 +39,7 @@ const FLAGS = [
   '--no-first-run',
 ];
 
+
 // ---- helpers -------------------------------------------------------------
 
 async function control(path, body) {
@@ -63,8 +65,8 @@ async function demoToken(user) {
  * another "window" of another user) and signs in with the demo switch or
  * by pasting a token. Dialogs are recorded (and dismissed), page errors too.
  */
-async function signIn(browser, user, how = 'demo', setup = () => {}) {
-  const context = await browser.newContext({ viewport: { width: 1180, height: 760 } });
+async function signIn(browser, user, how = 'demo', setup = () => {}, options = {}) {
+  const context = await browser.newContext({ viewport: { width: 1180, height: 760 }, ...options });
   const page = await context.newPage();
   setup(page);
   page.dialogs = [];
@@ -153,6 +155,111 @@ async function assertNoDuplicates(page, label) {
   return counts;
 }
 
+/** addMember adds user to the open group from its member list (opened if closed). */
+async function addMember(page, user) {
+  await openMembers(page);
+  await page.fill('#add-member-input', user);
+  await page.press('#add-member-input', 'Enter');
+  await page.waitForSelector(`#member-list [data-member="${user}"]`, { timeout: WAIT });
+}
+
+/** openMembers opens the open group's member list. */
+async function openMembers(page) {
+  if ((await page.getAttribute('#chat-members', 'aria-expanded')) !== 'true') await page.click('#chat-members');
+  await page.waitForSelector('#member-panel:not([hidden])', { timeout: WAIT });
+}
+
+/** chatItem is the selector of chatId's entry in the chat list. */
+const chatItem = (chatId) => `.chat-item[data-chat-id="${chatId}"]`;
+
+/**
+ * apiLog records the page's HTTP API requests (method and path), so a
+ * scenario can tell a live event from a refetch of the chat list.
+ */
+function apiLog(page) {
+  const log = [];
+  page.on('request', (r) => {
+    const u = new URL(r.url());
+    if (u.pathname.startsWith('/api/')) log.push(`${r.method()} ${u.pathname}`);
+  });
+  return log;
+}
+
+/**
+ * overflowing lists the visible elements of the page that stick out of
+ * their clipping ancestor (or, without one, the viewport) sideways, and
+ * reports the document's own horizontal overflow. Text clipped on purpose
+ * with an ellipsis does not count.
+ */
+const overflowing = (page) =>
+  page.evaluate(() => {
+    const out = [];
+    const vw = document.documentElement.clientWidth;
+    if (document.documentElement.scrollWidth > vw) out.push(`document is ${document.documentElement.scrollWidth}px wide in a ${vw}px viewport`);
+    for (const e of document.querySelectorAll('body *')) {
+      const r = e.getBoundingClientRect();
+      if (!r.width && !r.height) continue; // not rendered
+      let clip = null;
+      for (let a = e.parentElement; a && a !== document.body; a = a.parentElement) {
+        const s = getComputedStyle(a);
+        if (s.overflowX !== 'visible') {
+          clip = a;
+          break;
+        }
+      }
+      if (clip && getComputedStyle(clip).textOverflow === 'ellipsis') continue;
+      const c = clip ? clip.getBoundingClientRect() : { left: 0, right: vw };
+      if (r.left < c.left - 1 || r.right > c.right + 1) {
+        const name = `${e.tagName.toLowerCase()}${e.id ? `#${e.id}` : ''}${e.className ? `.${String(e.className).split(' ').join('.')}` : ''}`;
+        out.push(`${name} [${Math.round(r.left)}, ${Math.round(r.right)}] outside [${Math.round(c.left)}, ${Math.round(c.right)}]`);
+      }
+    }
+    return out;
+  });
+
+/** visible reports whether selector's first match is displayed. */
+const visible = (page, selector) => page.isVisible(selector);
+
+/**
+ * pixels returns the RGBA pixels of a screenshot region (a PNG decoded by
+ * the browser itself, in a blank page of the same context).
+ */
+async function pixels(page, clip) {
+  const png = await page.screenshot({ clip });
+  const blank = await page.context().newPage();
+  try {
+    return await blank.evaluate(async (b64) => {
+      const img = new Image();
+      img.src = `data:image/png;base64,${b64}`;
+      await img.decode();
+      const c = document.createElement('canvas');
+      c.width = img.width;
+      c.height = img.height;
+      const g = c.getContext('2d');
+      g.drawImage(img, 0, 0);
+      return Array.from(g.getImageData(0, 0, c.width, c.height).data);
+    }, png.toString('base64'));
+  } finally {
+    await blank.close();
+  }
+}
+
+/**
+ * noListing makes the page's GET /api/chats fail from now on: its chat
+ * list can then change only by events.
+ */
+async function noListing(page) {
+  await page.route(
+    (url) => url.pathname === '/api/chats',
+    (route) => (route.request().method() === 'GET' ? route.abort() : route.continue()),
+  );
+}
+
+/** docsShot saves a picture for docs/img when DOCS_IMG names that folder. */
+async function docsShot(page, name) {
+  if (process.env.DOCS_IMG) await page.screenshot({ path: `${process.env.DOCS_IMG}/${name}.png` });
+}
+
 async function shot(page, name) {
   mkdirSync(SHOTS, { recursive: true });
   await page.screenshot({ path: `${SHOTS}${name}.png` });
@@ -217,9 +324,7 @@ const scenarios = {
 
     // A group, then a member added from the chat header.
     const group = await createChat(alice, 'group', ['bob'], 'Team');
-    await alice.fill('#add-member-input', 'carol');
-    await alice.press('#add-member-input', 'Enter');
-    await alice.waitForFunction(() => document.querySelector('#chat-members').textContent.includes('carol'), null, { timeout: WAIT });
+    await addMember(alice, 'carol');
     await send(alice, 'welcome, carol');
     const carol = await signIn(browser, 'carol', 'token');
     await openChat(carol, group);
@@ -414,9 +519,7 @@ const scenarios = {
   async long_history(browser) {
     const alice = await signIn(browser, 'alice');
     const chat = await createChat(alice, 'group', ['bob'], 'history');
-    await alice.fill('#add-member-input', 'carol');
-    await alice.press('#add-member-input', 'Enter');
-    await alice.waitForFunction(() => document.querySelector('#chat-members').textContent.includes('carol'), null, { timeout: WAIT });
+    await addMember(alice, 'carol');
     const N = 1100;
     const all = Array.from({ length: N }, (_, i) => `m${String(i + 1).padStart(4, '0')}`);
     await control('/send', { user: 'carol', device: 'go-test', chatId: chat, bodies: all });
@@ -500,31 +603,534 @@ const scenarios = {
     clean(bob, 'bob');
   },
 
-  /** The picture in the README (only when README_SHOT names a file). */
-  async readme(browser) {
-    if (!process.env.README_SHOT) return;
+  /**
+   * A 60-member group: the header shows a count, the member list comes on
+   * demand and stays within the conversation; the creator removes a member
+   * and a member leaves (DELETE /api/chats/{id}/members/{user}), each seen
+   * live by the others.
+   */
+  async members(browser) {
+    const alice = await signIn(browser, 'alice');
+    const bob = await signIn(browser, 'bob');
+    const carol = await signIn(browser, 'carol', 'token');
+    const extra = Array.from({ length: 57 }, (_, i) => `member${String(i + 1).padStart(2, '0')}`);
+    const group = await createChat(alice, 'group', ['bob', 'carol', ...extra], 'All hands');
+    await send(alice, 'Welcome, all 60 of you!');
+    await settled(alice);
+
+    // The header: a title and a count, no names; the list is hidden.
+    assert.equal(await alice.textContent('#chat-members'), '60 members');
+    assert.equal(await visible(alice, '#member-panel'), false, 'the member list is closed at first');
+    const head = await alice.$eval('.chat-head', (h) => ({ text: h.textContent, height: h.getBoundingClientRect().height }));
+    assert.ok(!head.text.includes('member01') && !head.text.includes('carol'), `no names in the header: ${head.text}`);
+    assert.ok(head.height < 70, `the header stays one line: ${head.height}px`);
+
+    await openMembers(alice);
+    const panel = await alice.evaluate(() => {
+      const p = document.querySelector('#member-panel').getBoundingClientRect();
+      const chat = document.querySelector('#chat').getBoundingClientRect();
+      return {
+        items: [...document.querySelectorAll('#member-list .member')].map((m) => m.dataset.member),
+        creator: [...document.querySelectorAll('#member-list .member')].filter((m) => m.textContent.includes('creator')).map((m) => m.dataset.member),
+        removable: document.querySelectorAll('#member-list [data-remove]').length,
+        height: p.height,
+        chatHeight: chat.height,
+        listScrolls: document.querySelector('#member-list').scrollHeight > document.querySelector('#member-list').clientHeight,
+      };
+    });
+    assert.equal(panel.items.length, 60, 'every member is listed');
+    assert.equal(panel.items[0], 'alice', 'the creator comes first');
+    assert.deepEqual(panel.creator, ['alice'], 'createdBy is marked');
+    assert.equal(panel.removable, 59, 'the creator may remove everyone else');
+    assert.ok(panel.height <= panel.chatHeight * 0.6 + 1, `the list takes at most 60% of the conversation: ${panel.height} of ${panel.chatHeight}`);
+    assert.ok(panel.listScrolls, 'a long list scrolls inside the panel');
+    assert.deepEqual(await overflowing(alice), []);
+    await shot(alice, 'members-open');
+
+    // bob is not the creator: no remove buttons, but he may leave.
+    await openChat(bob, group);
+    await openMembers(bob);
+    assert.equal(await bob.$$eval('#member-list [data-remove]', (b) => b.length), 0, 'only the creator removes others');
+    assert.equal(await visible(bob, '#leave'), true);
+
+    // The creator removes carol: her chat disappears live; bob's count follows.
+    await carol.waitForSelector(chatItem(group), { timeout: WAIT });
+    const aliceApi = apiLog(alice);
+    await alice.click('#member-list [data-remove="carol"]');
+    await alice.waitForFunction(() => !document.querySelector('#member-list [data-member="carol"]'), null, { timeout: WAIT });
+    assert.ok(aliceApi.includes(`DELETE /api/chats/${group}/members/carol`), `alice's requests: ${aliceApi}`);
+    assert.equal(await alice.textContent('#chat-members'), '59 members');
+    await carol.waitForSelector(`${chatItem(group)}`, { state: 'detached', timeout: WAIT });
+    await carol.waitForFunction(() => document.querySelector('#notice').textContent.includes('removed from'), null, { timeout: WAIT });
+    await bob.waitForFunction(() => document.querySelector('#chat-members').textContent === '59 members', null, { timeout: WAIT });
+    await bob.waitForFunction(() => !document.querySelector('#member-list [data-member="carol"]'), null, { timeout: WAIT });
+
+    // bob leaves, after confirming.
+    const bobApi = apiLog(bob);
+    await bob.click('#leave');
+    assert.equal(await visible(bob, '#leave-confirm'), true, 'leaving asks first');
+    await bob.click('#leave-no');
+    assert.equal(await visible(bob, '#leave-confirm'), false);
+    await openMembers(bob);
+    await bob.click('#leave');
+    await bob.click('#leave-yes');
+    await bob.waitForSelector(chatItem(group), { state: 'detached', timeout: WAIT });
+    assert.ok(bobApi.includes(`DELETE /api/chats/${group}/members/bob`), `bob's requests: ${bobApi}`);
+    await bob.waitForFunction(() => document.querySelector('#notice').textContent.startsWith('You left'), null, { timeout: WAIT });
+    assert.equal(await bob.textContent('#chat-title'), 'No chat open');
+    await alice.waitForFunction(() => document.querySelector('#chat-members').textContent === '58 members', null, { timeout: WAIT });
+
+    // Both stay out after a reload; the server refuses them the history.
+    await bob.reload();
+    await connected(bob);
+    await carol.reload();
+    await connected(carol);
+    assert.equal(await bob.$$eval(chatItem(group), (e) => e.length), 0, 'bob: the chat stays gone after a reload');
+    assert.equal(await carol.$$eval(chatItem(group), (e) => e.length), 0, 'carol: the chat stays gone after a reload');
+    const res = await fetch(`${BASE}/api/chats/${group}/messages`, { headers: { Authorization: `Bearer ${await demoToken('bob')}` } });
+    assert.ok(res.status === 403 || res.status === 404, `history for a former member: ${res.status}`);
+    for (const [p, n] of [[alice, 'alice'], [bob, 'bob'], [carol, 'carol']]) clean(p, n);
+  },
+
+  /**
+   * The chat list follows `chat` events, with no refetch of the list: a
+   * chat one is added to appears with its history, a removal takes it away,
+   * and the other members see the new member list.
+   */
+  async chat_events(browser) {
     const alice = await signIn(browser, 'alice');
     const bob = await signIn(browser, 'bob');
     const carol = await signIn(browser, 'carol');
-    const team = await createChat(alice, 'group', ['bob', 'carol'], 'Launch 🚀');
-    await send(alice, 'Morning! Build 1.4 is green, shall we ship?');
-    await openChat(bob, team);
+    const group = await createChat(alice, 'group', ['bob'], 'Weekend');
+    await send(alice, 'hike on Saturday?');
+    await settled(alice);
+    await openChat(bob, group);
+    await waitBodies(bob, ['hike on Saturday?']);
+    await openMembers(bob);
+
+    // Only events can change their lists now: a refetch of the list (the
+    // page's slow fallback poll) is refused for the rest of the scenario.
+    await noListing(bob);
+    await noListing(carol);
+    // added: carol's list gets the chat, with its history, without a reload.
+    await addMember(alice, 'carol');
+    await carol.waitForSelector(chatItem(group), { timeout: WAIT });
+    await openChat(carol, group);
+    await waitBodies(carol, ['hike on Saturday?']);
+    // updated: bob's header and open member list follow.
+    await bob.waitForFunction(() => document.querySelector('#chat-members').textContent === '3 members', null, { timeout: WAIT });
+    await bob.waitForSelector('#member-list [data-member="carol"]', { timeout: WAIT });
+
+    // removed: carol's chat goes away, open or not.
+    await openMembers(alice);
+    await alice.click('#member-list [data-remove="carol"]');
+    await carol.waitForSelector(chatItem(group), { state: 'detached', timeout: WAIT });
+    assert.equal(await carol.textContent('#chat-title'), 'No chat open', 'the open chat closed');
+    await bob.waitForFunction(() => document.querySelector('#chat-members').textContent === '2 members', null, { timeout: WAIT });
+    // A message sent after the removal does not reach her.
+    await send(alice, 'carol cannot see this');
+    await waitBodies(bob, ['carol cannot see this']);
+    assert.equal(await carol.$$eval(chatItem(group), (e) => e.length), 0);
+    // Added again: the chat and its history come back.
+    await addMember(alice, 'carol');
+    await carol.waitForSelector(chatItem(group), { timeout: WAIT });
+    await openChat(carol, group);
+    await waitBodies(carol, ['hike on Saturday?', 'carol cannot see this']);
+    await assertNoDuplicates(carol, 'carol');
+    for (const [p, n] of [[alice, 'alice'], [bob, 'bob'], [carol, 'carol']]) clean(p, n);
+  },
+
+  /**
+   * Unread counts and "read by" come from the server's read markers: they
+   * survive a reload, agree across two devices of one user (a read on one
+   * clears the other live) and in another browser.
+   */
+  async read_state(browser) {
+    const alice = await signIn(browser, 'alice');
+    const bob = await signIn(browser, 'bob');
+    const direct = await createChat(alice, 'direct', ['bob']);
+    await send(alice, 'are you there?');
+    await settled(alice);
+    const other = await createChat(alice, 'group', ['carol'], 'elsewhere'); // alice looks at another chat
+    await openChat(bob, direct);
+    for (const b of ['one', 'two', 'three']) await send(bob, b);
+    await settled(bob);
+    const count = (p) => p.$eval(`${chatItem(direct)}`, (e) => Number(e.querySelector('.unread')?.dataset.unread || 0));
+    await alice.waitForSelector(`${chatItem(direct)} .unread[data-unread="3"]`, { timeout: WAIT });
+
+    // A reload: the count comes back from the server's marker.
+    await alice.reload();
+    await connected(alice);
+    await alice.waitForSelector(`${chatItem(direct)} .unread[data-unread="3"]`, { timeout: WAIT });
+    assert.ok((await alice.title()).startsWith('(3) '), `the tab title counts: ${await alice.title()}`);
+
+    // A second device of alice (another window: its own device id).
+    const phone = await signIn(browser, 'alice', 'token');
+    await phone.waitForSelector(`${chatItem(direct)} .unread[data-unread="3"]`, { timeout: WAIT });
+    await openChat(phone, other);
+
+    // Read on the first device: the second clears live, bob sees it.
+    await openChat(alice, direct);
+    await waitBodies(alice, ['one', 'two', 'three']);
+    await phone.waitForSelector(`${chatItem(direct)}:not(:has(.unread))`, { timeout: WAIT });
+    await bob.waitForFunction(
+      () => document.querySelector('#message-list .msg:last-child .receipt')?.textContent === 'read by alice',
+      null,
+      { timeout: WAIT },
+    );
+    await openChat(alice, other);
+
+    // Another browser, a reload of bob: the same state.
+    const browser2 = await chromium.launch({ executablePath: CHROMIUM, headless: true, args: FLAGS });
+    try {
+      const laptop = await signIn(browser2, 'alice');
+      await laptop.waitForSelector(chatItem(direct), { timeout: WAIT });
+      await laptop.waitForFunction(() => document.querySelectorAll('#chats .chat-item').length === 2, null, { timeout: WAIT });
+      assert.equal(await count(laptop), 0, 'another browser: nothing unread');
+      await bob.reload();
+      await connected(bob);
+      await openChat(bob, direct);
+      await bob.waitForFunction(
+        () => document.querySelector('#message-list .msg:last-child .receipt')?.textContent === 'read by alice',
+        null,
+        { timeout: WAIT },
+      );
+      // bob writes again: one unread everywhere, then read on the laptop.
+      await send(bob, 'four');
+      for (const p of [alice, phone, laptop]) await p.waitForSelector(`${chatItem(direct)} .unread[data-unread="1"]`, { timeout: WAIT });
+      await openChat(laptop, direct);
+      await waitBodies(laptop, ['four']);
+      for (const p of [alice, phone]) await p.waitForSelector(`${chatItem(direct)}:not(:has(.unread))`, { timeout: WAIT });
+      await phone.reload();
+      await connected(phone);
+      await phone.waitForSelector(chatItem(direct), { timeout: WAIT });
+      assert.equal(await count(phone), 0, 'the phone after a reload');
+      clean(laptop, 'laptop');
+    } finally {
+      await browser2.close();
+    }
+    for (const [p, n] of [[alice, 'alice'], [bob, 'bob'], [phone, 'phone']]) clean(p, n);
+  },
+
+  /**
+   * Links: http and https addresses are links that open in a new tab with
+   * no opener and no referrer; anything else, and HTML, stays text.
+   */
+  async links(browser) {
+    const alice = await signIn(browser, 'alice');
+    const bob = await signIn(browser, 'bob');
+    const chat = await createChat(alice, 'direct', ['bob']);
+    const health = `${BASE}/healthz`;
+    const body = `the build: https://ci.example.com/b/1.4?x=1&y=2, and (health ${health}). ` +
+      'Not links: javascript:alert(1) ftp://files.example.com/a data:text/html,<b>x</b> ' +
+      '<a href="javascript:alert(2)">click</a> www.example.com';
+    await send(alice, body);
+    await openChat(bob, chat);
+    await waitBodies(bob, [body]);
+    const links = await bob.$$eval('#message-list .body a', (as) =>
+      as.map((a) => ({ text: a.textContent, href: a.getAttribute('href'), rel: a.rel, target: a.target, kids: a.children.length })),
+    );
+    assert.deepEqual(links, [
+      { text: 'https://ci.example.com/b/1.4?x=1&y=2', href: 'https://ci.example.com/b/1.4?x=1&y=2', rel: 'noopener noreferrer', target: '_blank', kids: 0 },
+      { text: health, href: health, rel: 'noopener noreferrer', target: '_blank', kids: 0 },
+    ]);
+    assert.equal(await bob.$$eval('#message-list b, #message-list [href^="javascript"], #message-list [href^="ftp"], #message-list [href^="data"]', (e) => e.length), 0);
+    assert.equal(await bob.$eval('#message-list .body', (b) => b.textContent), body, 'the body reads exactly as sent');
+
+    // A click opens a new tab that cannot reach back to this one.
+    const [tab] = await Promise.all([bob.context().waitForEvent('page'), bob.click(`#message-list a[href="${health}"]`)]);
+    await tab.waitForLoadState();
+    assert.equal(tab.url(), health);
+    assert.deepEqual(await tab.evaluate(() => [window.opener, document.referrer]), [null, '']);
+    await tab.close();
+    await shot(bob, 'links');
+    clean(alice, 'alice');
+    clean(bob, 'bob');
+  },
+
+  /**
+   * Bidi overrides and combining-mark stacks stay inside their bubble: an
+   * RLO in a user name or a body does not reorder the text around it, and
+   * a Zalgo stack draws nothing outside its bubble.
+   */
+  async bidi_zalgo(browser) {
+    const mallory = '\u202Emallory';
+    const alice = await signIn(browser, 'alice');
+    const bob = await signIn(browser, 'bob');
+    const group = await createChat(alice, 'group', ['bob', mallory], '\u202Eevil title');
+    await send(alice, 'before');
+    // Every letter carries 40 marks above and 28 below (U+0300-U+0333).
+    const above = Array.from({ length: 22 }, (_, i) => String.fromCodePoint(0x300 + i)).join('');
+    const below = Array.from({ length: 28 }, (_, i) => String.fromCodePoint(0x316 + i)).join('');
+    const zalgo = [...'Zalgo is here'].map((c) => c + above + above.slice(0, 18) + below).join('');
+    await openChat(bob, group);
+    await send(bob, zalgo);
+    await control('/send', { user: mallory, device: 'go-test', chatId: group, bodies: ['\u202Eoverride in a body'] });
+    await waitBodies(alice, ['before', zalgo, '\u202Eoverride in a body']);
+    await send(alice, 'after');
+    await waitBodies(alice, ['after']);
+    await settled(alice);
+
+    const geo = await alice.evaluate((mallory) => {
+      const rect = (e) => e.getBoundingClientRect();
+      const msgs = [...document.querySelectorAll('#message-list .msg')];
+      const by = (s) => msgs.find((m) => m.querySelector('.body').textContent === s);
+      const evil = by('\u202Eoverride in a body');
+      const sender = evil.querySelector('.sender');
+      const when = evil.querySelector('time');
+      const pre = document.querySelector('.chat-item .preview');
+      return {
+        bodyBidi: getComputedStyle(evil.querySelector('.body')).unicodeBidi,
+        msgBidi: getComputedStyle(evil).unicodeBidi,
+        senderIsBdi: sender.tagName === 'BDI' && sender.textContent === mallory,
+        // the name, with its override, stays left of the time
+        nameBeforeTime: rect(sender).right <= rect(when).left + 1,
+        // the next message's meta is in reading order
+        afterMeta: (() => {
+          const m = by('after');
+          const s = m.querySelector('.sender') || null;
+          return s ? rect(s).right <= rect(m.querySelector('time')).left + 1 : true;
+        })(),
+        previewBdis: pre ? pre.querySelectorAll('bdi').length : 0,
+        title: document.querySelector('#chat-title').textContent,
+        titleBidi: getComputedStyle(document.querySelector('#chat-title')).unicodeBidi,
+      };
+    }, mallory);
+    assert.equal(geo.bodyBidi, 'plaintext', 'a body is its own bidi paragraph');
+    assert.equal(geo.msgBidi, 'isolate', 'a bubble is isolated');
+    assert.ok(geo.senderIsBdi, 'the sender name is a <bdi>');
+    assert.ok(geo.nameBeforeTime, 'an RLO in a name does not move the time before it');
+    assert.ok(geo.afterMeta, 'the message after an override reads in order');
+    assert.equal(geo.previewBdis, 2, 'the preview isolates name and body');
+    assert.equal(geo.title, '\u202Eevil title');
+    assert.equal(geo.titleBidi, 'isolate');
+
+    // In the list preview, mallory's name with its override sits left of the body.
+    await control('/send', { user: mallory, device: 'go-test', chatId: group, bodies: ['last word'] });
+    await alice.waitForFunction(() => document.querySelector('.chat-item .preview')?.textContent.endsWith('last word'), null, { timeout: WAIT });
+    const order = await alice.$eval('.chat-item .preview', (p) => {
+      const [who, body] = p.querySelectorAll('bdi');
+      return who.getBoundingClientRect().right <= body.getBoundingClientRect().left + 1;
+    });
+    assert.ok(order, 'preview: the name stays before the body');
+
+    // The Zalgo stack: nothing drawn between its bubble and its neighbours.
+    await waitBodies(alice, ['last word']);
+    const gaps = await alice.evaluate((zalgo) => {
+      const msgs = [...document.querySelectorAll('#message-list .msg')];
+      const i = msgs.findIndex((m) => m.querySelector('.body').textContent === zalgo);
+      const list = document.querySelector('#message-list').getBoundingClientRect();
+      const r = (e) => e.getBoundingClientRect();
+      const above = r(msgs[i - 1]);
+      const z = r(msgs[i]);
+      const below = r(msgs[i + 1]);
+      return {
+        above: { x: list.left, y: above.bottom + 1, width: list.width, height: z.top - above.bottom - 2 },
+        below: { x: list.left, y: z.bottom + 1, width: list.width, height: below.top - z.bottom - 2 },
+        height: z.height,
+      };
+    }, zalgo);
+    assert.ok(gaps.height < 120, `the Zalgo bubble keeps an ordinary height: ${gaps.height}px`);
+    const bg = [0xee, 0xf1, 0xf5];
+    for (const [where, clip] of Object.entries({ above: gaps.above, below: gaps.below })) {
+      assert.ok(clip.height >= 2, `a gap ${where} the Zalgo bubble (${clip.height}px)`);
+      const px = await pixels(alice, clip);
+      let stray = 0;
+      for (let i = 0; i < px.length; i += 4) {
+        if (Math.abs(px[i] - bg[0]) + Math.abs(px[i + 1] - bg[1]) + Math.abs(px[i + 2] - bg[2]) > 24) stray++;
+      }
+      assert.equal(stray, 0, `${stray} pixels of the Zalgo stack drawn ${where} its bubble`);
+    }
+    assert.deepEqual(await overflowing(alice), []);
+    await shot(alice, 'bidi_zalgo');
+    clean(alice, 'alice');
+    clean(bob, 'bob');
+  },
+
+  /**
+   * Day separators between days, and consecutive messages of one sender
+   * (a few minutes apart, the same day) grouped under one name. The Go
+   * side moves the messages' times back (control /backdate).
+   */
+  async days_groups(browser) {
+    const tz = { timezoneId: 'UTC', locale: 'en-GB' };
+    let alice = await signIn(browser, 'alice', 'demo', undefined, tz);
+    const chat = await createChat(alice, 'direct', ['bob']);
+    const day = 24 * 3600 * 1000;
+    const now = new Date();
+    const midnight = Date.UTC(now.getUTCFullYear(), now.getUTCMonth(), now.getUTCDate());
+    const at = (ms) => new Date(ms).toISOString();
+    const plan = [
+      ['bob', 'three days ago, first', at(midnight - 3 * day + 9 * 3600e3)],
+      ['bob', 'three days ago, a minute later', at(midnight - 3 * day + 9 * 3600e3 + 60e3)],
+      ['alice', 'three days ago, alice answers', at(midnight - 3 * day + 9 * 3600e3 + 120e3)],
+      ['alice', 'yesterday, late', at(midnight - 60e3)],
+      ['alice', 'today, just after midnight', at(Math.min(midnight + 30e3, now.getTime() - 1000))],
+    ];
+    for (const [user, body] of plan) await control('/send', { user, device: 'go-test', chatId: chat, bodies: [body] });
+    await control('/backdate', { chatId: chat, times: Object.fromEntries(plan.map(([, b, t]) => [b, t])) });
+    await alice.context().close();
+    alice = await signIn(browser, 'alice', 'demo', undefined, tz);
+    await openChat(alice, chat);
+    await waitBodies(alice, plan.map(([, b]) => b));
+    await send(alice, 'today, now');
+    await send(alice, 'today, now again');
+    await waitBodies(alice, ['today, now again']);
+    await settled(alice);
+
+    const rows = await alice.$$eval('#message-list > li', (lis) =>
+      lis.map((li) => (li.classList.contains('day') ? `-- ${li.textContent}` : `${li.querySelector('.sender')?.textContent || '  (same)'}: ${li.querySelector('.body').textContent}`)),
+    );
+    const label = new Date(midnight - 3 * day).toLocaleDateString('en-GB', { timeZone: 'UTC', weekday: 'short', day: 'numeric', month: 'short' });
+    const justAfter = now.getTime() - midnight < 5 * 60e3; // "today, now" may join the group after midnight
+    assert.deepEqual(rows, [
+      `-- ${label}`,
+      'bob: three days ago, first',
+      '  (same): three days ago, a minute later',
+      'alice: three days ago, alice answers',
+      '-- Yesterday',
+      'alice: yesterday, late',
+      '-- Today',
+      'alice: today, just after midnight',
+      justAfter ? '  (same): today, now' : 'alice: today, now',
+      '  (same): today, now again',
+    ]);
+    assert.equal(await alice.$$eval('#message-list .day', (d) => d.map((e) => e.getAttribute('role')).join()), 'separator,separator,separator');
+    await shot(alice, 'days_groups');
+    clean(alice, 'alice');
+  },
+
+  /**
+   * A phone, 390 px wide: the chat list and the conversation one at a
+   * time, both reachable (a chat opens it, back returns), nothing wider
+   * than the screen, the member list and the composer usable.
+   */
+  async phone(browser) {
+    const alice = await signIn(browser, 'alice');
+    const phoneView = { viewport: { width: 390, height: 844 }, isMobile: true, hasTouch: true, deviceScaleFactor: 1 };
+    const carol = await signIn(browser, 'carol', 'demo', undefined, phoneView);
+    const long = 'Donaudampfschifffahrtsgesellschaftskapitän'.repeat(6);
+    const extra = Array.from({ length: 30 }, (_, i) => `colleague${String(i + 1).padStart(2, '0')}`);
+    const group = await createChat(alice, 'group', ['carol', 'bob', ...extra], 'A rather long group title that would not fit on a phone');
+    for (const b of ['Plans for the offsite: https://wiki.example.com/offsite/2026/december-plans-and-agenda', long, 'مرحبا بالجميع', 'ok 👍']) await send(alice, b);
+    await settled(alice);
+    await carol.waitForSelector(chatItem(group), { timeout: WAIT });
+
+    // The list: the conversation is not shown beside it.
+    assert.equal(await visible(carol, '#chats'), true);
+    assert.equal(await visible(carol, '#chat'), false, 'one pane at a time');
+    assert.deepEqual(await overflowing(carol), [], 'list view');
+    await carol.waitForSelector(`${chatItem(group)} .unread[data-unread="4"]`, { timeout: WAIT });
+    await shot(carol, 'phone-list');
+
+    // A tap opens the conversation; the list is hidden.
+    await carol.tap(chatItem(group));
+    await carol.waitForSelector('#chat', { state: 'visible', timeout: WAIT });
+    assert.equal(await visible(carol, '.sidebar'), false);
+    await waitBodies(carol, [long, 'ok 👍']);
+    assert.equal(await visible(carol, '#back'), true, 'a way back');
+    assert.equal(await carol.textContent('#chat-members'), '33 members');
+    assert.deepEqual(await overflowing(carol), [], 'conversation view');
+
+    // The composer: type and tap Send.
+    await carol.fill('#composer-input', 'sent from the phone');
+    await carol.tap('#send');
+    await waitBodies(carol, ['sent from the phone']);
+    await waitBodies(alice, ['sent from the phone']);
+    await settled(carol);
+
+    // The member list fits too.
+    await carol.tap('#chat-members');
+    await carol.waitForSelector('#member-panel:not([hidden])');
+    assert.deepEqual(await overflowing(carol), [], 'member list');
+    await shot(carol, 'phone-members');
+    await carol.tap('#chat-members');
+
+    // Back to the list: the button, and the browser's back.
+    await carol.tap('#back');
+    await carol.waitForSelector('#chats', { state: 'visible', timeout: WAIT });
+    assert.equal(await visible(carol, '#chat'), false);
+    await carol.tap(chatItem(group));
+    await carol.waitForSelector('#chat', { state: 'visible', timeout: WAIT });
+    await carol.goBack();
+    await carol.waitForSelector('#chats', { state: 'visible', timeout: WAIT });
+    assert.equal(await visible(carol, '#chat'), false, 'the browser back returns to the list');
+
+    // A message while the list is shown counts as unread (not read unseen).
+    await send(alice, 'did you see the agenda?');
+    await carol.waitForSelector(`${chatItem(group)} .unread[data-unread="1"]`, { timeout: WAIT });
+    assert.deepEqual(await overflowing(carol), [], 'list view with an unread count');
+    await shot(carol, 'phone-list-unread');
+    clean(alice, 'alice');
+    clean(carol, 'carol');
+  },
+
+  /**
+   * A team's day, the pictures of the README (saved with DOCS_IMG): alice
+   * at a desk (the conversation, then its member list), carol on a phone
+   * (the chat list, then the conversation). Yesterday's messages are
+   * moved back a day by the Go side.
+   */
+  async readme(browser) {
+    const team = ['bob', 'carol', 'dana', 'emil', 'farah', 'goran', 'hiro', 'ines', 'jonas', 'kemal', 'lena'];
+    const token = await demoToken('alice');
+    const res = await fetch(`${BASE}/api/chats`, {
+      method: 'POST',
+      headers: { Authorization: `Bearer ${token}`, 'Content-Type': 'application/json' },
+      body: JSON.stringify({ kind: 'group', title: 'Launch 🚀', members: team }),
+    });
+    const group = (await res.json()).chatId;
+    const now = new Date();
+    const yesterday = (h, m) => new Date(Date.UTC(now.getUTCFullYear(), now.getUTCMonth(), now.getUTCDate() - 1, h, m)).toISOString();
+    await control('/send', { user: 'alice', device: 'go-test', chatId: group, bodies: ['Release checklist for 1.4 is up to date.'] });
+    await control('/send', { user: 'dana', device: 'go-test', chatId: group, bodies: ['Translations are in 🇩🇪 🇯🇵 🇧🇷'] });
+    await control('/send', { user: 'dana', device: 'go-test', chatId: group, bodies: ['Screenshots still missing for the store page.'] });
+    await control('/backdate', {
+      chatId: group,
+      times: {
+        'Release checklist for 1.4 is up to date.': yesterday(16, 40),
+        'Translations are in 🇩🇪 🇯🇵 🇧🇷': yesterday(17, 2),
+        'Screenshots still missing for the store page.': yesterday(17, 3),
+      },
+    });
+
+    const alice = await signIn(browser, 'alice');
+    const bob = await signIn(browser, 'bob');
+    const carol = await signIn(browser, 'carol', 'demo', undefined, { viewport: { width: 390, height: 844 }, isMobile: true, hasTouch: true });
+    await openChat(alice, group);
+    await send(alice, 'Morning! Build 1.4 is green: https://ci.example.com/builds/1.4');
+    await send(alice, 'Shall we ship today?');
+    await openChat(bob, group);
     await send(bob, 'Yes. Release notes are in the doc.');
-    await openChat(carol, team);
-    await send(carol, 'I will post the announcement 📣');
-    await send(carol, 'مرحبا بالجميع، إصدار جديد!');
+    await control('/send', { user: 'farah', device: 'go-test', chatId: group, bodies: ['مرحبا بالجميع، إصدار جديد!'] });
+    await control('/send', { user: 'hiro', device: 'go-test', chatId: group, bodies: ['I will post the announcement 📣'] });
     const direct = await createChat(bob, 'direct', ['alice']);
     await send(bob, 'lunch after the release? 🍜');
-    await waitBodies(alice, ['Yes. Release notes are in the doc.']);
+    await openChat(alice, group);
+    await waitBodies(alice, ['I will post the announcement 📣']);
     await createChat(alice, 'direct', ['carol']);
     await send(alice, 'thanks for the review!');
-    await openChat(alice, team);
-    await waitBodies(alice, ['مرحبا بالجميع، إصدار جديد!']);
+    await openChat(alice, group);
     await alice.fill('#composer-input', 'Ship it ✅');
-    await alice.waitForSelector(`.chat-item[data-chat-id="${direct}"] .unread`, { timeout: WAIT });
+    await alice.waitForSelector(`${chatItem(direct)} .unread`, { timeout: WAIT });
     await alice.waitForSelector('#message-list .receipt', { timeout: WAIT });
-    await alice.setViewportSize({ width: 1100, height: 620 });
-    await alice.screenshot({ path: process.env.README_SHOT });
+    await alice.setViewportSize({ width: 1100, height: 640 });
+    assert.deepEqual(await overflowing(alice), []);
+    await docsShot(alice, 'web');
+    await openMembers(alice);
+    await alice.waitForSelector('#member-list [data-member="lena"]');
+    assert.deepEqual(await overflowing(alice), []);
+    await docsShot(alice, 'web-members');
+
+    await carol.waitForFunction(() => document.querySelectorAll('#chats .chat-item .unread').length === 2, null, { timeout: WAIT });
+    assert.deepEqual(await overflowing(carol), []);
+    await docsShot(carol, 'web-phone-list');
+    await carol.tap(chatItem(group));
+    await waitBodies(carol, ['I will post the announcement 📣']);
+    await carol.waitForSelector('#message-list .receipt', { timeout: WAIT });
+    assert.deepEqual(await overflowing(carol), []);
+    await docsShot(carol, 'web-phone-chat');
+    for (const [p, n] of [[alice, 'alice'], [bob, 'bob'], [carol, 'carol']]) clean(p, n);
   },
 };
 

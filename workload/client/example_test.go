@@ -98,3 +98,44 @@ func ExampleConfig_tokenRefresh() {
 	}
 	defer c.Close()
 }
+
+// Unread counts and read markers come from the server, so they agree on
+// every device and survive restarts; chat events keep the chat list
+// current without polling, and a read on another device of the same user
+// arrives through OnRead.
+func ExampleConfig_OnChat() {
+	ctx := context.Background()
+	c, err := client.Dial(ctx, client.Config{
+		URL:   "http://127.0.0.1:8080",
+		Token: os.Getenv("TETRA_TOKEN"),
+		OnChat: func(ev client.ChatEvent) {
+			switch ev.Event {
+			case client.ChatAdded:
+				fmt.Println("added to", ev.Chat.Title)
+			case client.ChatRemoved:
+				fmt.Println("no longer in", ev.Chat.Title)
+			case client.ChatUpdated:
+				fmt.Println(ev.Chat.Title, "now has", len(ev.Chat.Members), "members")
+			}
+		},
+		OnRead: func(r protocol.Read) {
+			fmt.Println(r.UserID, "read", r.ChatID, "up to", r.MessageID)
+		},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	chats, err := c.Chats(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, ch := range chats {
+		fmt.Printf("%s: %d unread, created by %q, read markers %v\n", ch.Title, ch.Unread, ch.CreatedBy, ch.LastRead)
+		if ch.Kind == client.KindGroup && ch.Unread == 0 {
+			if _, err := c.Leave(ctx, ch.ChatID); err != nil {
+				log.Print(err) // a *client.Error with Code "forbidden" or "invalid"
+			}
+		}
+	}
+}

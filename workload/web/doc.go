@@ -24,19 +24,41 @@
 // then on; after a 4005 it gets one before reconnecting. app.js is such an
 // application only for the demo switch (it mints demo tokens again); a
 // pasted token cannot be renewed, so when it expires the page signs out
-// with "The token expired; sign in again." static/app.js renders: bodies through
-// textContent (never HTML) with dir="auto" and overflow-wrap: anywhere; read
-// frames for the newest message from another member while the chat is
-// scrolled to its end; "read by ..." from incoming read frames (the API
-// returns no past receipts, so they start empty on each load); unread counts
-// per browser (localStorage).
+// with "The token expired; sign in again."
+//
+// Read state and membership are the server's (PROTOCOL.md §2, §3): every
+// chat listing carries each member's lastRead and the caller's unread;
+// read frames, the reader's own from its other devices included, move a
+// marker forward only, so unread counts and "read by" survive reloads and
+// agree across devices and browsers. `chat` events (added, removed,
+// updated) keep the chat list current without a reload, and every full
+// listing drops chats the server no longer lists. Leaving and removal are
+// DELETE /api/chats/{chatId}/members/{userId}.
+//
+// static/app.js renders. Bodies go through text nodes, never HTML: http
+// and https addresses become <a target="_blank" rel="noopener noreferrer">
+// with the address as its text, nothing else becomes markup. Every piece of
+// user text sits in an element that isolates its direction (<bdi>, or a
+// block with dir="auto" and unicode-bidi: isolate or plaintext), so an RLO
+// in a name, a title or a body reorders nothing around it; a bubble and its
+// body clip what combining marks stack past them (Zalgo). Consecutive
+// messages of one sender within five minutes of the same day share one
+// header; a separator names each day (Today, Yesterday, a date). A group's
+// header shows its title and member count; the member list (with the
+// creator's remove buttons, adding, and leaving after a confirmation)
+// opens on demand and scrolls within half the conversation. Read frames
+// go out for the newest message from another member while the chat is on
+// screen and scrolled to its end. Wider than 640 px, the chat list sits
+// beside the conversation; narrower (a phone), one shows at a time, and the
+// back button or the browser's back returns to the list.
 //
 // History pages forward only (there is no "before" cursor), so a chat's
 // history is loaded from its start, in pages, when the client first syncs
 // it, and kept in memory; the view renders the newest 50 messages and
 // reveals 50 more at a time when the reader scrolls up or presses "load
 // older". That is simple and exact for the chat sizes of a demo; a backward
-// page in the API would let the view load lazily instead. A chat created
-// without a message appears at the next chat-list refresh (every 20 s, on
-// focus, on reconnect); one with a message appears with it.
+// page in the API would let the view load lazily instead. A chat one is
+// added to appears with its "added" event; a group created with one as a
+// member announces itself with its first message, or at the next
+// chat-list refresh (every 20 s, on focus, on reconnect).
 package web

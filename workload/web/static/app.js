@@ -4,7 +4,15 @@
 // client.js.
 //
 // Every piece of user data (bodies, names, titles) reaches the page through
-// textContent or an attribute value, never through innerHTML.
+// textContent or an attribute value, never through innerHTML. Each piece of
+// it sits in an element of its own that isolates its direction (<bdi>, or a
+// block with dir="auto" and unicode-bidi: isolate/plaintext), so an RLO in a
+// name or a body cannot reorder the text around it; bodies clip what
+// combining marks stack above and below them (style.css).
+//
+// Layout: wide, the chat list beside the conversation; narrow (a phone,
+// style.css @media), one of them at a time: #app's data-view is "list" or
+// "chat", and the back button (or the browser's) returns to the list.
 
 import { Client, State, api, tokenUser } from './client.js';
 
@@ -48,7 +56,20 @@ function reconcile(parent, items, cache) {
   while (next()) next().remove();
 }
 const chatEls = new Map(); // chatId -> {el, sig}
-const messageEls = new WeakMap(); // message object (client.js keeps one per message) -> {el, sig}
+const memberEls = new Map(); // userId -> {el, sig}
+// Rendered list items of the open chat: messages keyed by their object
+// (client.js keeps one per message), day separators by "day:YYYY-MM-DD".
+const messageEls = {
+  objects: new WeakMap(),
+  days: new Map(),
+  get(k) {
+    return typeof k === 'string' ? this.days.get(k) : this.objects.get(k);
+  },
+  set(k, v) {
+    if (typeof k === 'string') this.days.set(k, v);
+    else this.objects.set(k, v);
+  },
+};
 
 let client = null;
 let openChat = ''; // chatId of the open chat
@@ -132,6 +153,7 @@ function signout(error = '') {
   client?.forget();
   client = null;
   openChat = '';
+  setView('list');
   sessionStorage.removeItem(TOKEN_KEY);
   sessionStorage.removeItem(DEMO_USER_KEY);
   showSignin(error);
@@ -155,9 +177,11 @@ function startApp(token, demoUser = '') {
   $('me').textContent = client.user;
   client.addEventListener('state', (e) => showState(e.detail));
   client.addEventListener('hello', (e) => ($('me').textContent = e.detail.hello.userId));
+  $('notice').textContent = '';
   client.addEventListener('chats', scheduleRender);
   client.addEventListener('messages', scheduleRender);
   client.addEventListener('read', scheduleRender);
+  client.addEventListener('removed', (e) => chatGone(e.detail));
   client.addEventListener('unauthorized', (e) =>
     signout(e.detail.expired ? 'The token expired; sign in again.' : 'The server refused the token; sign in again.'),
   );
@@ -194,48 +218,83 @@ function render() {
   markRead();
 }
 
-// ---- read state (local) and unread counts --------------------------------
-
-// The newest message this user has seen per chat, kept in localStorage so
-// unread counts survive a reload. (The server keeps read receipts but the
-// API does not return them.)
-function lastReadKey(chatId) {
-  return `tetra.lastRead.${client.user}.${chatId}`;
-}
-
-function unread(chatId) {
-  const msgs = client.messages(chatId);
-  const last = localStorage.getItem(lastReadKey(chatId));
-  let i = last ? msgs.findIndex((m) => m.messageId === last) : -1;
-  let n = 0;
-  for (i += 1; i < msgs.length; i++) if (msgs[i].senderId !== client.user) n++;
-  return n;
-}
+// ---- unread counts and read receipts ------------------------------------
+//
+// Read state is the server's (client.js): a marker per member, forward only,
+// returned with every chat listing and echoed to this user's other devices.
+// This page moves the user's own marker when the newest message of the open
+// chat is on screen.
 
 function atBottom() {
   const box = $('messages');
   return box.scrollHeight - box.scrollTop - box.clientHeight < 40;
 }
 
-// markRead: when the open chat is on screen and scrolled to its end, the
-// newest message there is read. The receipt names the newest message from
-// another member (a receipt for one's own message tells nobody anything).
+/** chatVisible: the open chat is on screen (on a phone, the conversation view). */
+function chatVisible() {
+  return openChat && document.visibilityState === 'visible' && (!narrow() || $('app').dataset.view === 'chat');
+}
+
+// markRead: when the open chat is on screen and scrolled to its end, its
+// newest message from another member is read (a receipt for one's own
+// message tells nobody anything).
 function markRead() {
-  if (!openChat || document.visibilityState !== 'visible' || !atBottom()) return;
-  const msgs = client.messages(openChat).filter((m) => m.messageId);
-  if (!msgs.length) return;
-  const key = lastReadKey(openChat);
-  if (localStorage.getItem(key) !== msgs.at(-1).messageId) {
-    localStorage.setItem(key, msgs.at(-1).messageId);
-    scheduleRender();
-  }
-  const theirs = msgs.filter((m) => m.senderId !== client.user).at(-1);
-  if (theirs && theirs.messageId !== readSent.get(openChat)) {
-    readSent.set(openChat, theirs.messageId);
-    client.read(openChat, theirs.messageId);
+  if (!client || !chatVisible() || !atBottom()) return;
+  const theirs = client
+    .messages(openChat)
+    .filter((m) => m.messageId && m.senderId !== client.user)
+    .at(-1);
+  if (theirs) client.read(openChat, theirs.messageId); // a no-op unless it moves the marker
+}
+
+// ---- links ---------------------------------------------------------------
+
+// Only absolute http and https addresses become links. What the sentence
+// around one ends with (a period, a closing bracket it did not open) stays
+// text.
+const LINK = /\bhttps?:\/\/[^\s<>"'`]+/giu;
+const TRAILING = /[.,;:!?'"»”’…]+$/u;
+
+function trimLink(s) {
+  for (;;) {
+    const t = s.replace(TRAILING, '');
+    const last = t.at(-1);
+    const pair = { ')': '(', ']': '[', '}': '{' }[last];
+    if (pair && t.split(pair).length <= t.split(last).length - 1) s = t.slice(0, -1);
+    else return t;
   }
 }
-const readSent = new Map(); // chatId -> messageId of the last receipt sent
+
+/** safeURL returns the parsed address when it is an http(s) URL, else null. */
+export function safeURL(s) {
+  try {
+    const u = new URL(s);
+    return u.protocol === 'http:' || u.protocol === 'https:' ? u : null;
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * linkify splits text into strings and <a> elements, one per http(s)
+ * address. The link text is the address as written (a text node); href is
+ * the parsed URL, and the link opens in a new tab without access to this
+ * one (noopener) and without a Referer (noreferrer).
+ */
+export function linkify(text) {
+  const out = [];
+  let at = 0;
+  for (const m of text.matchAll(LINK)) {
+    const raw = trimLink(m[0]);
+    const url = safeURL(raw);
+    if (!url || !raw) continue;
+    if (m.index > at) out.push(text.slice(at, m.index));
+    out.push(el('a', { href: url.href, target: '_blank', rel: 'noopener noreferrer', referrerpolicy: 'no-referrer', title: url.href, dir: 'auto' }, raw));
+    at = m.index + raw.length;
+  }
+  if (at < text.length) out.push(text.slice(at));
+  return out;
+}
 
 // ---- chat list -----------------------------------------------------------
 
@@ -249,29 +308,50 @@ function lastActivity(chatId) {
   return m ? m.sentAt : '';
 }
 
+const segmenter = typeof Intl.Segmenter === 'function' ? new Intl.Segmenter() : null;
+
+/** initial is the first grapheme of s (an emoji flag is one), upper-cased. */
+function initial(s) {
+  const t = s.replace(/[\p{Cf}\s]/gu, ''); // no bidi controls or spaces
+  const g = segmenter ? segmenter.segment(t)[Symbol.iterator]().next().value?.segment : t[0];
+  return (g || '?').toLocaleUpperCase();
+}
+
+/** hue picks one of eight avatar colours for id, always the same one. */
+function hue(id) {
+  let h = 0;
+  for (const c of id) h = (h * 31 + c.codePointAt(0)) >>> 0;
+  return `hue-${h % 8}`;
+}
+
 function renderChats() {
   const chats = [...client.chats.values()].sort(
     (a, b) => lastActivity(b.chatId).localeCompare(lastActivity(a.chatId)) || chatTitle(a).localeCompare(chatTitle(b)),
   );
   let total = 0;
   const items = chats.map((chat) => {
-    const n = chat.chatId === openChat && atBottom() ? 0 : unread(chat.chatId);
+    const current = chat.chatId === openChat;
+    const n = current && chatVisible() && atBottom() ? 0 : client.unread(chat.chatId);
     total += n;
     const last = client.messages(chat.chatId).at(-1);
     const title = chatTitle(chat);
-    const preview = last ? `${last.senderId}: ${last.body}` : 'no messages yet';
-    const current = chat.chatId === openChat;
+    const kind = chat.kind === 'group' ? `group · ${chat.members.length}` : 'direct';
     return {
       key: chat.chatId,
-      sig: JSON.stringify([title, chat.kind, n, preview, current]),
+      sig: JSON.stringify([title, kind, n, last?.senderId, last?.body, last?.sentAt, current]),
       build: () => {
         const b = el(
           'button',
           { type: 'button', class: 'chat-item', 'data-chat-id': chat.chatId, 'aria-current': current ? 'true' : false },
+          el('span', { class: `avatar ${hue(chat.chatId)}`, 'aria-hidden': 'true' }, initial(title)),
           el('span', { class: 'chat-name', dir: 'auto' }, title),
-          el('span', { class: 'chat-kind' }, chat.kind),
-          n ? el('span', { class: 'unread', 'data-unread': String(n) }, String(n)) : '',
-          el('span', { class: 'preview', dir: 'auto' }, preview),
+          el('span', { class: 'chat-kind' }, kind),
+          n ? el('span', { class: 'unread', 'data-unread': String(n), 'aria-label': `${n} unread` }, String(n)) : '',
+          el(
+            'span',
+            { class: 'preview' },
+            ...(last ? [el('bdi', { class: 'who' }, last.senderId), ': ', el('bdi', {}, last.body)] : ['no messages yet']),
+          ),
         );
         b.addEventListener('click', () => open(chat.chatId));
         return el('li', {}, b);
@@ -279,20 +359,51 @@ function renderChats() {
     };
   });
   reconcile($('chats'), items, chatEls);
-  document.title = `${total ? `(${total}) ` : ''}tetra · ${client.user}`;
+  // FSI ... PDI: a user id with bidi controls cannot reorder the title.
+  document.title = `${total ? `(${total}) ` : ''}tetra · \u2068${client.user}\u2069`;
+}
+
+// chatGone: this user left the chat or was removed from it.
+function chatGone({ chat, why }) {
+  const name = chat?.chatId && chat.members ? chatTitle(chat) : 'a chat';
+  $('notice').textContent = why === 'left' ? `You left “${name}”.` : `You were removed from “${name}”.`;
+  if (chat?.chatId === openChat) {
+    openChat = '';
+    setView('list');
+  }
+  scheduleRender();
+}
+
+// ---- views (phone: one pane at a time) -----------------------------------
+
+const narrowQuery = matchMedia('(max-width: 640px)');
+const narrow = () => narrowQuery.matches;
+
+function setView(view) {
+  $('app').dataset.view = view;
+}
+
+function showList() {
+  setView('list');
+  closeMembers();
+  scheduleRender();
 }
 
 // ---- message view --------------------------------------------------------
 
 function open(chatId) {
+  if (chatId !== openChat) closeMembers();
   openChat = chatId;
   shown = PAGE;
   renderedLen = 0;
   $('chat-error').textContent = '';
+  $('notice').textContent = '';
+  if (narrow() && $('app').dataset.view !== 'chat' && !history.state?.chat) history.pushState({ chat: chatId }, '');
+  setView('chat');
   render();
   $('messages').scrollTop = $('messages').scrollHeight;
   markRead();
-  $('composer-input').focus();
+  if (!narrow()) $('composer-input').focus(); // on a phone the keyboard would cover the chat
 }
 
 function time(iso) {
@@ -300,72 +411,182 @@ function time(iso) {
   return Number.isNaN(d.getTime()) ? '' : d.toLocaleTimeString([], { hour: '2-digit', minute: '2-digit' });
 }
 
-function renderMessage(m, readers) {
+/** dayKey is the local calendar day of an RFC 3339 time ("" when unparsable). */
+function dayKey(iso) {
+  const d = new Date(iso);
+  if (Number.isNaN(d.getTime())) return '';
+  return `${d.getFullYear()}-${String(d.getMonth() + 1).padStart(2, '0')}-${String(d.getDate()).padStart(2, '0')}`;
+}
+
+function dayLabel(key) {
+  const [y, m, d] = key.split('-').map(Number);
+  const day = new Date(y, m - 1, d);
+  const today = new Date();
+  today.setHours(0, 0, 0, 0);
+  const diff = Math.round((today - day) / 86400000);
+  if (diff === 0) return 'Today';
+  if (diff === 1) return 'Yesterday';
+  return day.toLocaleDateString([], {
+    weekday: 'short',
+    day: 'numeric',
+    month: 'short',
+    ...(day.getFullYear() !== today.getFullYear() ? { year: 'numeric' } : {}),
+  });
+}
+
+const GROUP_GAP_MS = 5 * 60 * 1000; // consecutive messages of one sender this close share one header
+
+/** continues reports whether m follows prev in the same group (same sender, day, a short gap). */
+function continues(prev, m) {
+  if (!prev || prev.senderId !== m.senderId || prev.status === 'failed') return false;
+  if (dayKey(prev.sentAt) !== dayKey(m.sentAt)) return false;
+  const gap = new Date(m.sentAt) - new Date(prev.sentAt);
+  return Number.isFinite(gap) && gap < GROUP_GAP_MS;
+}
+
+function renderMessage(m, readers, cont) {
   const mine = m.senderId === client.user;
   const status = m.status === 'pending' ? 'sending…' : m.status === 'failed' ? `not sent (${m.error})` : '';
+  const when = new Date(m.sentAt);
   return el(
     'li',
     {
-      class: `msg ${mine ? 'mine' : 'theirs'} ${m.status}`,
+      class: `msg ${mine ? 'mine' : 'theirs'} ${m.status}${cont ? ' cont' : ''}`,
       'data-message-id': m.messageId,
       'data-correlation-id': m.correlationId,
       'data-sender': m.senderId,
+      title: Number.isNaN(when.getTime()) ? false : when.toLocaleString(),
     },
-    el(
-      'div',
-      { class: 'meta' },
-      el('span', { class: 'sender' }, m.senderId),
-      ' ',
-      el('time', { datetime: m.sentAt }, time(m.sentAt)),
-      status ? el('span', { class: 'status' }, ` ${status}`) : '',
-    ),
-    el('div', { class: 'body', dir: 'auto' }, m.body),
-    readers.length ? el('div', { class: 'receipt' }, `read by ${readers.join(', ')}`) : '',
+    cont
+      ? ''
+      : el(
+          'div',
+          { class: 'meta' },
+          el('bdi', { class: 'sender' }, m.senderId),
+          ' ',
+          el('time', { datetime: m.sentAt }, time(m.sentAt)),
+        ),
+    el('div', { class: 'body', dir: 'auto' }, ...linkify(m.body)),
+    status ? el('div', { class: 'status' }, status) : '',
+    readers.length
+      ? el('div', { class: 'receipt' }, 'read by ', ...readers.flatMap((r, i) => [i ? ', ' : '', el('bdi', {}, r)]))
+      : '',
+  );
+}
+
+function renderDay(key) {
+  return el('li', { class: 'day', role: 'separator', 'data-day': key }, el('span', {}, dayLabel(key)));
+}
+
+// ---- the header and its member list -------------------------------------
+
+function closeMembers() {
+  $('member-panel').hidden = true;
+  $('chat-members').setAttribute('aria-expanded', 'false');
+  $('leave-confirm').hidden = true;
+  $('leave').hidden = false;
+}
+
+function toggleMembers() {
+  const open = $('member-panel').hidden;
+  if (!open) return closeMembers();
+  $('member-panel').hidden = false;
+  $('chat-members').setAttribute('aria-expanded', 'true');
+  renderOpenChat();
+}
+
+function renderHeader(chat) {
+  const group = chat.kind === 'group';
+  $('chat-title').textContent = chatTitle(chat);
+  const toggle = $('chat-members');
+  toggle.hidden = !group;
+  $('chat-sub').textContent = group ? '' : 'direct chat';
+  if (!group) closeMembers();
+  if (!group) return;
+  const n = chat.members.length;
+  toggle.textContent = `${n} member${n === 1 ? '' : 's'}`;
+  if ($('member-panel').hidden) return;
+
+  const creator = chat.createdBy;
+  const amCreator = creator === client.user;
+  const people = [...chat.members].sort((a, b) => (b === creator) - (a === creator) || a.localeCompare(b));
+  reconcile(
+    $('member-list'),
+    people.map((u) => ({
+      key: u,
+      sig: JSON.stringify([chat.chatId, u === creator, u === client.user, amCreator]),
+      build: () => {
+        const li = el(
+          'li',
+          { class: 'member', 'data-member': u },
+          el('span', { class: `avatar small ${hue(u)}`, 'aria-hidden': 'true' }, initial(u)),
+          el('bdi', { class: 'member-name' }, u),
+          u === creator ? el('span', { class: 'badge' }, 'creator') : '',
+          u === client.user ? el('span', { class: 'badge' }, 'you') : '',
+        );
+        if (amCreator && u !== client.user) {
+          const rm = el('button', { type: 'button', class: 'remove link', 'data-remove': u, 'aria-label': `remove ${u}` }, 'remove');
+          rm.addEventListener('click', () => removeMember(chat.chatId, u));
+          li.append(rm);
+        }
+        return li;
+      },
+    })),
+    memberEls,
   );
 }
 
 function renderOpenChat() {
   const chat = client.chats.get(openChat);
   $('composer').hidden = !chat;
-  $('add-member').hidden = chat?.kind !== 'group';
   if (!chat) {
     $('chat-title').textContent = 'No chat open';
-    $('chat-members').textContent = client.chats.size ? 'pick a chat' : 'create a chat to start';
+    $('chat-members').hidden = true;
+    $('chat-sub').textContent = client.chats.size ? 'pick a chat' : 'create a chat to start';
+    closeMembers();
     $('message-list').replaceChildren();
     $('load-older').hidden = true;
     return;
   }
-  $('chat-title').textContent = chatTitle(chat);
-  $('chat-members').textContent = chat.members.join(', ');
+  renderHeader(chat);
 
   const msgs = client.messages(openChat);
   if (msgs.length > renderedLen && renderedLen > 0) shown += msgs.length - renderedLen; // new ones never push older ones out
   renderedLen = msgs.length;
   const from = Math.max(0, msgs.length - shown);
 
-  // "read by": each reader under the newest message they have read.
+  // "read by": each reader (another current member) under the newest
+  // message they have read.
   const readersAt = new Map();
   for (const [user, id] of client.reads(openChat)) {
-    if (user === client.user) continue;
+    if (user === client.user || !chat.members.includes(user)) continue;
     if (!readersAt.has(id)) readersAt.set(id, []);
     readersAt.get(id).push(user);
+  }
+
+  const items = [];
+  let prev = from > 0 ? msgs[from - 1] : null;
+  let day = prev ? dayKey(prev.sentAt) : '';
+  for (const m of msgs.slice(from)) {
+    const d = dayKey(m.sentAt);
+    if (d && d !== day) {
+      items.push({ key: `day:${d}`, sig: dayLabel(d), build: () => renderDay(d) });
+      day = d;
+    }
+    const readers = ((m.messageId && readersAt.get(m.messageId)) || []).sort();
+    const cont = continues(prev, m);
+    items.push({
+      key: m,
+      sig: JSON.stringify([m.messageId, m.status, m.error, m.sentAt, readers, cont]),
+      build: () => renderMessage(m, readers, cont),
+    });
+    prev = m;
   }
 
   const box = $('messages');
   const stick = atBottom();
   const before = box.scrollHeight - box.scrollTop;
-  reconcile(
-    $('message-list'),
-    msgs.slice(from).map((m) => {
-      const readers = (m.messageId && readersAt.get(m.messageId)) || [];
-      return {
-        key: m,
-        sig: JSON.stringify([m.messageId, m.status, m.error, m.sentAt, readers]),
-        build: () => renderMessage(m, readers),
-      };
-    }),
-    messageEls,
-  );
+  reconcile($('message-list'), items, messageEls);
   $('load-older').hidden = from === 0;
   if (stick) box.scrollTop = box.scrollHeight;
   else box.scrollTop = box.scrollHeight - before; // keep what the reader was looking at
@@ -414,9 +635,25 @@ async function addMember(e) {
   }
 }
 
-function composerKey(e) {
-  if (e.key !== 'Enter' || e.shiftKey || e.isComposing) return;
-  e.preventDefault();
+async function removeMember(chatId, userId) {
+  try {
+    await client.removeMember(chatId, userId);
+    $('chat-error').textContent = '';
+  } catch (ex) {
+    $('chat-error').textContent = ex.message;
+  }
+}
+
+async function leave() {
+  const chatId = openChat;
+  try {
+    await client.leave(chatId); // "removed" event: chatGone closes the chat
+  } catch (ex) {
+    $('chat-error').textContent = ex.message;
+  }
+}
+
+function sendComposed() {
   const input = $('composer-input');
   const body = input.value;
   if (!body.trim() || !openChat) return;
@@ -431,6 +668,12 @@ function composerKey(e) {
   $('messages').scrollTop = $('messages').scrollHeight;
 }
 
+function composerKey(e) {
+  if (e.key !== 'Enter' || e.shiftKey || e.isComposing) return;
+  e.preventDefault();
+  sendComposed();
+}
+
 // ---- wiring --------------------------------------------------------------
 
 $('token-form').addEventListener('submit', (e) => {
@@ -440,7 +683,21 @@ $('token-form').addEventListener('submit', (e) => {
 $('signout').addEventListener('click', () => signout());
 $('new-chat').addEventListener('submit', createChat);
 $('add-member').addEventListener('submit', addMember);
-$('composer').addEventListener('submit', (e) => e.preventDefault());
+$('chat-members').addEventListener('click', toggleMembers);
+$('leave').addEventListener('click', () => {
+  $('leave').hidden = true;
+  $('leave-confirm').hidden = false;
+});
+$('leave-no').addEventListener('click', closeMembers);
+$('leave-yes').addEventListener('click', leave);
+$('back').addEventListener('click', () => (history.state?.chat ? history.back() : showList()));
+addEventListener('popstate', () => $('app').dataset.view === 'chat' && showList());
+narrowQuery.addEventListener('change', scheduleRender);
+addEventListener('keydown', (e) => e.key === 'Escape' && !$('member-panel').hidden && closeMembers());
+$('composer').addEventListener('submit', (e) => {
+  e.preventDefault();
+  sendComposed();
+});
 $('composer-input').addEventListener('keydown', composerKey);
 $('load-older').addEventListener('click', loadOlder);
 $('messages').addEventListener('scroll', () => {

@@ -23,6 +23,16 @@
 //   {"type":"refresh","token":...} on the open socket and uses the new token
 //   from then on ("token" event); after a 4005 it gets one before reconnecting.
 //   Without a callback, 4005 stops the client ("unauthorized", expired: true).
+// - read state is the server's (PROTOCOL.md §2, §3): every chat listing
+//   carries each member's lastRead and the caller's unread count; `read`
+//   frames (other members', and this user's own from its other devices) move
+//   a member's marker forward only. unread() counts from this user's marker,
+//   so a read on one device clears the count on every other and survives a
+//   reload.
+// - membership follows `chat` events ("added", "removed", "updated") and the
+//   answers of addMember/removeMember; every full listing (after a hello, on
+//   refreshChats) also drops chats the server no longer lists, so a removal
+//   missed while disconnected is noticed too.
 
 /** Connection states reported by the "state" event. */
 export const State = Object.freeze({
@@ -118,6 +128,7 @@ class ChatLog {
     this.cursor = ''; // last messageId of the last history page
     this.seq = 0;
     this.reads = new Map(); // userId -> messageId (newest read receipt)
+    this.synced = false; // a history sync reached the end once
     this.sorted = true;
     this.syncing = Promise.resolve();
   }
@@ -134,14 +145,41 @@ class ChatLog {
     const m = this.byId.get(messageId);
     return m ? this.ordered().indexOf(m) : -1;
   }
+
+  /**
+   * after reports whether messageId a comes after b: by their places in
+   * this log when both are known, else by id (message ids are ULIDs, ordered
+   * by time of commit to within a clock's skew).
+   */
+  after(a, b) {
+    const i = this.indexOf(a);
+    const j = this.indexOf(b);
+    return i >= 0 && j >= 0 ? i > j : a > b;
+  }
+
+  /** advance moves user's read marker to messageId if that is forward; reports a change. */
+  advance(user, messageId) {
+    const prev = this.reads.get(user);
+    if (!messageId || prev === messageId || (prev && !this.after(messageId, prev))) return false;
+    this.reads.set(user, messageId);
+    return true;
+  }
 }
 
 let arrivals = 0;
+
+/** countOthers counts the stored messages of list from index i on not sent by user. */
+function countOthers(list, i, user) {
+  let n = 0;
+  for (; i < list.length; i++) if (list[i].senderId !== user && list[i].messageId) n++;
+  return n;
+}
 
 /**
  * Client keeps one user's connection and chats. Events (CustomEvent, data in
  * `detail`): "state" {state, code, reason, retryInMs}, "hello" {hello},
  * "chats", "messages" {chatId}, "read" {chatId, userId, messageId},
+ * "removed" {chat, why: "left"|"removed"} (this user is no longer a member),
  * "token" {token} (a refreshed token is in use), "unauthorized" {expired}.
  *
  * refreshToken, optional, is the application's way to mint a new token of
@@ -168,6 +206,12 @@ export class Client extends EventTarget {
     this.acks = [];
     this.inflight = 0;
     this.pendingReads = new Map(); // chatId -> messageId not sent yet
+    this.leaving = new Set(); // chatIds this user is leaving (its own "removed" event may come first)
+    // A listing answered after an event or an own call changed a chat's
+    // membership must not undo that change: changes counts them, touched
+    // remembers the count of each chat's last one.
+    this.changes = 0;
+    this.touched = new Map(); // chatId -> changes
     this.outbox = this.loadOutbox(); // [{chatId, correlationId, body}]
     for (const o of this.outbox) this.addOwn(o);
     this.onOnline = () => this.connectNow();
@@ -192,6 +236,19 @@ export class Client extends EventTarget {
   /** reads returns a chat's newest read receipt per user (userId -> messageId). */
   reads(chatId) {
     return this.log(chatId).reads;
+  }
+
+  /**
+   * unread counts the messages of chatId that others sent after this user's
+   * read marker. Until the chat's history is loaded it is the server's count.
+   */
+  unread(chatId) {
+    const log = this.log(chatId);
+    const mark = log.reads.get(this.user);
+    const list = log.ordered();
+    const i = mark ? log.indexOf(mark) : -1;
+    if (!log.synced && !(mark && i >= 0)) return this.chats.get(chatId)?.unread ?? countOthers(list, 0, this.user);
+    return countOthers(list, i + 1, this.user); // a marker purged from history: all that is left
   }
 
   api(method, path, body) {
@@ -312,7 +369,7 @@ export class Client extends EventTarget {
     // without one shows up at this slow refresh (or at the next reconnect).
     clearInterval(this.lister);
     this.lister = setInterval(() => gen === this.gen && this.refreshChats(), CHAT_REFRESH_MS);
-    for (const [chatId, messageId] of this.pendingReads) this.read(chatId, messageId);
+    for (const [chatId, messageId] of this.pendingReads) this.sendRead(chatId, messageId);
     this.scheduleRefresh(gen);
     this.pump();
     this.resync(gen);
@@ -423,6 +480,9 @@ export class Client extends EventTarget {
       case 'refreshed':
         this.emit('refreshed', { exp: f.exp });
         break;
+      case 'chat':
+        this.onChatEvent(f);
+        break;
     }
   }
 
@@ -440,18 +500,71 @@ export class Client extends EventTarget {
 
   // ---- chats and history -----------------------------------------------
 
-  setChats(chats) {
-    for (const c of chats) this.chats.set(c.chatId, c);
+  /** touch records a membership change of chatId seen here (an event, an own call). */
+  touch(chatId) {
+    this.touched.set(chatId, ++this.changes);
+  }
+
+  /**
+   * setChats stores chats as the server sent them and merges their read
+   * markers (forward only). A full listing passes asOf, the value of
+   * this.changes when it was requested: a chat not in it was left or
+   * removed while this client did not hear of it, unless a change seen
+   * since says otherwise (then the listing is older than what is known).
+   */
+  setChats(chats, asOf = null) {
+    const complete = asOf !== null;
+    const newer = (id) => complete && (this.touched.get(id) || 0) > asOf;
+    for (const c of chats) {
+      if (newer(c.chatId) && !this.chats.has(c.chatId)) continue; // left or removed after the listing
+      const log = this.log(c.chatId);
+      for (const [user, id] of Object.entries(c.lastRead || {})) log.advance(user, id);
+      this.chats.set(c.chatId, c);
+    }
+    if (complete) {
+      const listed = new Set(chats.map((c) => c.chatId));
+      for (const chat of [...this.chats.values()]) {
+        if (!listed.has(chat.chatId) && !newer(chat.chatId)) this.dropChat(chat, 'removed');
+      }
+    }
     this.emit('chats');
+  }
+
+  /** dropChat forgets a chat this user is no longer a member of. */
+  dropChat(chat, why) {
+    this.touch(chat.chatId);
+    if (!this.chats.has(chat.chatId)) return;
+    this.chats.delete(chat.chatId);
+    this.logs.delete(chat.chatId); // if added again, it syncs from the start
+    this.pendingReads.delete(chat.chatId);
+    this.emit('removed', { chat, why });
+  }
+
+  /** onChatEvent applies a `chat` frame: membership changed (PROTOCOL.md §3). */
+  onChatEvent(f) {
+    const chat = f.chat;
+    if (!chat?.chatId) return;
+    if (f.event === 'removed' || (Array.isArray(chat.members) && !chat.members.includes(this.user))) {
+      const why = this.leaving.has(chat.chatId) ? 'left' : 'removed';
+      this.touch(chat.chatId);
+      if (this.chats.has(chat.chatId)) this.dropChat(this.chats.get(chat.chatId), why);
+      this.emit('chats');
+      return;
+    }
+    const fresh = !this.chats.has(chat.chatId);
+    this.touch(chat.chatId);
+    this.setChats([chat]);
+    if (fresh || f.event === 'added') this.syncChat(chat.chatId, this.gen).catch(() => {});
   }
 
   /** refreshChats lists the chats again and syncs the ones not seen before. */
   async refreshChats() {
     const gen = this.gen;
+    const asOf = this.changes;
     try {
       const { chats } = await this.api('GET', '/api/chats');
       const fresh = chats.filter((c) => !this.chats.has(c.chatId));
-      this.setChats(chats);
+      this.setChats(chats, asOf);
       await Promise.all(fresh.map((c) => this.syncChat(c.chatId, gen)));
     } catch (err) {
       console.warn('tetra: listing chats failed', err);
@@ -459,10 +572,11 @@ export class Client extends EventTarget {
   }
 
   async resync(gen, failures = 0) {
+    const asOf = this.changes;
     try {
       const { chats } = await this.api('GET', '/api/chats');
       if (gen !== this.gen) return;
-      this.setChats(chats);
+      this.setChats(chats, asOf);
       await Promise.all(chats.map((c) => this.syncChat(c.chatId, gen)));
     } catch (err) {
       if (gen !== this.gen) return;
@@ -490,7 +604,13 @@ export class Client extends EventTarget {
         const page = await this.api('GET', `/api/chats/${encodeURIComponent(chatId)}/messages?${q}`);
         for (const m of page.messages) this.ingest(m, true);
         if (page.messages.length) log.cursor = page.messages.at(-1).messageId;
-        if (!page.hasMore || page.messages.length === 0) return;
+        if (!page.hasMore || page.messages.length === 0) {
+          if (!log.synced) {
+            log.synced = true;
+            this.emit('messages', { chatId }); // unread counts switch to the local count
+          }
+          return;
+        }
       }
     };
     log.syncing = log.syncing.then(run, run);
@@ -500,6 +620,7 @@ export class Client extends EventTarget {
   /** createChat creates a direct chat or a group and syncs it. */
   async createChat(kind, members, title = '') {
     const chat = await this.api('POST', '/api/chats', { kind, members, ...(kind === 'group' ? { title } : {}) });
+    this.touch(chat.chatId);
     this.setChats([chat]);
     this.syncChat(chat.chatId, this.gen).catch(() => {});
     return chat;
@@ -510,6 +631,32 @@ export class Client extends EventTarget {
     const chat = await this.api('POST', `/api/chats/${encodeURIComponent(chatId)}/members`, { userId });
     this.setChats([chat]);
     return chat;
+  }
+
+  /**
+   * removeMember removes userId from a group chat (DELETE, PROTOCOL.md §2):
+   * this user leaves when userId is its own id; only the group's creator may
+   * remove another member. Leaving forgets the chat here at once.
+   */
+  async removeMember(chatId, userId) {
+    const path = `/api/chats/${encodeURIComponent(chatId)}/members/${encodeURIComponent(userId)}`;
+    const self = userId === this.user;
+    if (self) this.leaving.add(chatId);
+    let chat;
+    try {
+      chat = await this.api('DELETE', path);
+    } finally {
+      if (self) this.leaving.delete(chatId);
+    }
+    if (self) this.dropChat(this.chats.get(chatId) || chat, 'left');
+    else this.setChats([chat]);
+    this.emit('chats');
+    return chat;
+  }
+
+  /** leave removes this user from a group chat. */
+  leave(chatId) {
+    return this.removeMember(chatId, this.user);
   }
 
   /**
@@ -556,16 +703,24 @@ export class Client extends EventTarget {
   }
 
   onRead(f) {
-    const log = this.log(f.chatId);
-    const prev = log.reads.get(f.userId);
-    // Receipts only move forward (a late frame for an older message is ignored).
-    if (prev && log.indexOf(prev) > log.indexOf(f.messageId) && log.indexOf(f.messageId) >= 0) return;
-    log.reads.set(f.userId, f.messageId);
+    if (!this.chats.has(f.chatId)) return;
+    // Receipts only move forward (a late frame for an older message is
+    // ignored). f.userId may be this user: a read on another device.
+    if (!this.log(f.chatId).advance(f.userId, f.messageId)) return;
     this.emit('read', { chatId: f.chatId, userId: f.userId, messageId: f.messageId });
   }
 
-  /** read sends a read receipt for messageId (now, or after the next hello). */
+  /**
+   * read marks messageId read: this user's marker moves at once (unread()
+   * drops) and the receipt goes out now, or after the next hello.
+   */
   read(chatId, messageId) {
+    if (!this.log(chatId).advance(this.user, messageId)) return; // not forward: nothing to tell
+    this.emit('read', { chatId, userId: this.user, messageId });
+    this.sendRead(chatId, messageId);
+  }
+
+  sendRead(chatId, messageId) {
     if (this.state === State.CONNECTED && this.write({ type: 'read', chatId, messageId })) {
       this.pendingReads.delete(chatId);
     } else {

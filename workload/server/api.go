@@ -179,6 +179,7 @@ func (s *Server) handleCreateChat(w http.ResponseWriter, r *http.Request, user s
 		status := http.StatusOK
 		if created {
 			status = http.StatusCreated
+			s.chatCreated(r.Context(), chat)
 		}
 		writeJSON(w, status, toChatJSON(chat, zero()))
 	case history.KindGroup:
@@ -195,6 +196,7 @@ func (s *Server) handleCreateChat(w http.ResponseWriter, r *http.Request, user s
 			writeStoreError(w, err)
 			return
 		}
+		s.chatCreated(r.Context(), chat)
 		writeJSON(w, http.StatusCreated, toChatJSON(chat, zero()))
 	default:
 		writeError(w, protocol.CodeInvalid, `kind must be "direct" or "group"`)
@@ -348,6 +350,17 @@ func (s *Server) chatEvents(ctx context.Context, chat history.Chat, changed, eve
 	}
 	send([]string{changed}, event)
 	send(others, protocol.ChatUpdated)
+}
+
+// chatCreated sends an "added" chat event (PROTOCOL.md §3) to the devices
+// of every member of a chat just created, the creator's included (its
+// other devices learn of it too), on every process of a fleet: a chat one
+// is put in appears without a reload, as for a member added later.
+func (s *Server) chatCreated(ctx context.Context, chat history.Chat) {
+	frame := protocol.Encode(protocol.ChatEvent{Type: protocol.TypeChat, Event: protocol.ChatAdded, Chat: toChatJSON(chat, nil)})
+	if err := s.engine.BroadcastNow(ctx, chat.Members, frame); err != nil {
+		s.log.Warn("chat event not published to the other processes", "chat", chat.ID, "event", protocol.ChatAdded, "err", err)
+	}
 }
 
 func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request, user string) {

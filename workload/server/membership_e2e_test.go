@@ -299,6 +299,33 @@ func TestE2EChatAddedEvent(t *testing.T) {
 	})
 }
 
+// TestE2EChatCreatedEvent: the members of a chat just created get an
+// "added" event on every connected device, the creator's other devices
+// too (found by the web page's tester: a new group appeared only with its
+// first message or a reload).
+func TestE2EChatCreatedEvent(t *testing.T) {
+	t.Parallel()
+	coreBackends(t, func(t *testing.T, b backend) {
+		e := newEnv(t, b, nil)
+		bob := e.dial("bob", dialOpts{})
+		carol := e.dial("carol", dialOpts{})
+		aliceLaptop := e.dial("alice", dialOpts{device: "laptop"})
+		g := e.createGroup("alice", "New", "bob", "carol")
+		for _, c := range []*wsClient{bob, carol, aliceLaptop} {
+			ev := asChatEvent(t, c.next(c.name+"'s added event", chatEventOf(g.ChatID, "added")))
+			if ev.Chat.Title != "New" || !slices.Equal(ev.Chat.Members, []string{"alice", "bob", "carol"}) {
+				t.Errorf("%s got %+v", c.name, ev.Chat)
+			}
+		}
+		d := e.createDirect("carol", "bob")
+		bob.next("bob's added event for the direct chat", chatEventOf(d.ChatID, "added"))
+		// The same pair again: nothing was created, no event.
+		e.createDirect("bob", "carol")
+		carol.next("carol's added event for the direct chat", chatEventOf(d.ChatID, "added"))
+		carol.expectNone("an event for a chat that already existed", isType("chat"), quiet)
+	})
+}
+
 // TestE2ERemovalVersusSends: alice and carol send to the group without a
 // pause while alice removes bob. No message sent after the removal was
 // answered reaches bob, live or from history; every message bob got live

@@ -98,6 +98,12 @@ func testClientMembership(t *testing.T, srv *server.Server) {
 	if g.CreatedBy != "alice" || !g.HasUnread || g.Unread != 0 {
 		t.Errorf("CreateGroup = %+v", g)
 	}
+	// The new group reaches its members' connected devices as added.
+	for _, key := range []string{"alice/phone", "alice/laptop", "bob/default"} {
+		if ev := nextEvent(key); ev.Event != client.ChatAdded || ev.Chat.ChatID != g.ChatID {
+			t.Errorf("%s's OnChat got %+v, want added for the new group", key, ev)
+		}
+	}
 	acc, err := bob.Send(ctx, g.ChatID, "read me")
 	if err != nil {
 		t.Fatal(err)

@@ -59,7 +59,11 @@ func TestIndexFaultsLoseNothingAndResendNothing(t *testing.T) {
 			if rep.IndexFaults < 2 {
 				t.Fatalf("%d faults hit the index, want 2", rep.IndexFaults)
 			}
-			if rep.Rebuilds["cold-start"]+rep.Rebuilds["identity-changed"] < int64(1+rep.IndexFaults) {
+			// The start's rebuild and at least one for the faults: two
+			// faults inside one GC pass (a loaded machine delays the
+			// passes) are rightly mended by one rebuild before the next
+			// delete, so the count may be lower than one per fault.
+			if rep.Rebuilds["cold-start"]+rep.Rebuilds["identity-changed"] < 2 {
 				t.Fatalf("rebuilds %v after %d faults: the server did not notice", rep.Rebuilds, rep.IndexFaults)
 			}
 			if rep.Lost != 0 || rep.HealthyReconnects != 0 || rep.Redeliveries != 0 || rep.Duplicates > rep.FromHistory {

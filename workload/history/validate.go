@@ -2,6 +2,8 @@ package history
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/tetra-messenger/tetra/workload/text"
 )
@@ -104,4 +106,49 @@ func CheckRemove(c Chat, by, user string) error {
 		return fmt.Errorf("%w: only the group's creator may remove another member; a member may remove itself (leave)", ErrForbidden)
 	}
 	return nil
+}
+
+// Limits on chat input every store applies; a request beyond them fails
+// with ErrInvalid. (The HTTP API also caps a title at 200 bytes before
+// trimming; PROTOCOL.md additions list the sizes.)
+const (
+	// MaxTitleBytes is the longest group title accepted, in bytes, after
+	// surrounding white space is trimmed.
+	MaxTitleBytes = 256
+	// MaxGroupMembers is the largest group, creator included; CreateGroup
+	// and AddMember refuse to grow a group beyond it.
+	MaxGroupMembers = 1000
+)
+
+// CheckGroup applies the rules of a new group (Store.CreateGroup, shared by
+// every store): the creator and every member are user ids (CheckUser), the
+// title trimmed of surrounding white space is at most MaxTitleBytes of
+// valid text (CheckText), and the members, creator included, sorted and
+// without repeats, are at most MaxGroupMembers. It returns the trimmed
+// title and that member list.
+func CheckGroup(creator, title string, members []string) (string, []string, error) {
+	if err := CheckUser("creator id", creator); err != nil {
+		return "", nil, err
+	}
+	title = strings.TrimSpace(title)
+	if len(title) > MaxTitleBytes {
+		return "", nil, fmt.Errorf("%w: title is longer than %d bytes", ErrInvalid, MaxTitleBytes)
+	}
+	if err := CheckText("title", title); err != nil {
+		return "", nil, err
+	}
+	all := make([]string, 0, len(members)+1)
+	all = append(all, creator)
+	for _, m := range members {
+		if err := CheckUser("member id", m); err != nil {
+			return "", nil, err
+		}
+		all = append(all, m)
+	}
+	slices.Sort(all)
+	all = slices.Compact(all)
+	if len(all) > MaxGroupMembers {
+		return "", nil, fmt.Errorf("%w: a group has at most %d members", ErrInvalid, MaxGroupMembers)
+	}
+	return title, all, nil
 }

@@ -5,25 +5,22 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tetra-messenger/tetra/workload/history"
+	"github.com/tetra-messenger/tetra/workload/text"
 )
 
 // Limits on chat input; a request beyond them fails with history.ErrInvalid.
 const (
-	// MaxUserIDBytes is the longest user id accepted, in bytes. User ids must
-	// also be valid UTF-8 without control characters.
-	MaxUserIDBytes = 128
-	// MaxTitleBytes is the longest group title accepted, in bytes, after
-	// surrounding white space is trimmed.
-	MaxTitleBytes = 256
-	// MaxGroupMembers is the largest group, creator included; CreateGroup and
-	// AddMember refuse to grow a group beyond it.
-	MaxGroupMembers = 1000
+	// MaxUserIDBytes is the longest user id accepted, in bytes (text.MaxUserBytes).
+	MaxUserIDBytes = text.MaxUserBytes
+	// MaxTitleBytes: history.MaxTitleBytes.
+	MaxTitleBytes = history.MaxTitleBytes
+	// MaxGroupMembers: history.MaxGroupMembers.
+	MaxGroupMembers = history.MaxGroupMembers
 )
 
 // validUser checks a user id (history.CheckUser, the rule shared by every
@@ -125,28 +122,9 @@ func (db *DB) directChat(ctx context.Context, lo, hi string) (history.Chat, bool
 // MaxTitleBytes, not UTF-8 or containing NUL (history.CheckText), and more
 // than MaxGroupMembers members give ErrInvalid.
 func (db *DB) CreateGroup(ctx context.Context, creator, title string, members []string) (history.Chat, error) {
-	if err := validUser("creator id", creator); err != nil {
+	title, all, err := history.CheckGroup(creator, title, members)
+	if err != nil {
 		return history.Chat{}, err
-	}
-	title = strings.TrimSpace(title)
-	if len(title) > MaxTitleBytes {
-		return history.Chat{}, fmt.Errorf("%w: title is longer than %d bytes", history.ErrInvalid, MaxTitleBytes)
-	}
-	if err := history.CheckText("title", title); err != nil {
-		return history.Chat{}, err
-	}
-	all := make([]string, 0, len(members)+1)
-	all = append(all, creator)
-	for _, m := range members {
-		if err := validUser("member id", m); err != nil {
-			return history.Chat{}, err
-		}
-		all = append(all, m)
-	}
-	slices.Sort(all)
-	all = slices.Compact(all)
-	if len(all) > MaxGroupMembers {
-		return history.Chat{}, fmt.Errorf("%w: a group has at most %d members", history.ErrInvalid, MaxGroupMembers)
 	}
 	c := history.Chat{
 		ID:        newChatID(),

@@ -504,6 +504,14 @@ func (c *Client) install(cn *conn) {
 		}
 	}
 	c.mu.Lock()
+	if cn.ended {
+		// The server closed it between hello and here (a refusal such as
+		// 1013): it never becomes the live connection, and the ready
+		// channel stays open for the next one (closing it here made the
+		// next install close it twice, a panic).
+		c.mu.Unlock()
+		return
+	}
 	c.cur = cn
 	c.hello = cn.hello
 	c.lastErr = nil
@@ -516,6 +524,7 @@ func (c *Client) install(cn *conn) {
 // it closes cn.done.
 func (c *Client) connDown(cn *conn) {
 	c.mu.Lock()
+	cn.ended = true
 	if c.cur == cn {
 		c.cur = nil
 		c.ready = make(chan struct{})

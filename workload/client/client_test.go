@@ -902,6 +902,23 @@ func TestCatchUpSyncBoundsMemory(t *testing.T) {
 	r.noMessage(t)
 }
 
+// A server that answers hello and closes at once (1013: tetra without its
+// index) is retried until one connection holds: the client never reports
+// such a connection as connected, and reconnecting after it does not close
+// the ready channel twice (a fresh tester's panic on a real node).
+func TestRefusedAfterHelloRetries(t *testing.T) {
+	fs := newFakeServer(t)
+	fs.mu.Lock()
+	fs.refuse = 30
+	fs.mu.Unlock()
+	r := newRecorder()
+	c := dial(t, r.config(fs, "alice"))
+	r.waitState(t, StateSynced)
+	if _, err := c.Send(context.Background(), "c1", "after the refusals"); err != nil {
+		t.Fatalf("send once connected: %v", err)
+	}
+}
+
 func TestSupersededStops(t *testing.T) {
 	fs := newFakeServer(t)
 	r1 := newRecorder()

@@ -48,6 +48,10 @@ type conn struct {
 	ackSig chan struct{}
 
 	lastRead atomic.Int64 // unix nanoseconds of the last frame or ping received
+
+	// ended is set by Client.connDown (under Client.mu) once the reader
+	// saw the connection end; install then leaves it uninstalled.
+	ended bool
 }
 
 // call is one attempt of a send waiting for its answer on one connection.

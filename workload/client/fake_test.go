@@ -79,6 +79,7 @@ type fakeServer struct {
 	maxOutstand   int32
 	creditErrors  int
 	mute          bool // stop answering pings
+	refuse        int  // close this many connections with 1013 right after hello
 
 	sends   chan sendEvent
 	acks    chan []string
@@ -248,6 +249,16 @@ func (fs *fakeServer) serveWS(w http.ResponseWriter, r *http.Request) {
 	ctx := context.Background()
 	hello := protocol.Hello{Type: protocol.TypeHello, UserID: user, Device: device, ConnectionID: fmt.Sprint(time.Now().UnixNano()), Limits: limits}
 	if err := ws.Write(ctx, websocket.MessageText, protocol.Encode(hello)); err != nil {
+		return
+	}
+	fs.mu.Lock()
+	refuse := fs.refuse > 0
+	if refuse {
+		fs.refuse--
+	}
+	fs.mu.Unlock()
+	if refuse { // as tetra does when live delivery is unavailable
+		_ = ws.Close(websocket.StatusTryAgainLater, "live delivery unavailable, retry")
 		return
 	}
 	defer func() {

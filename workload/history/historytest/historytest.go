@@ -53,6 +53,7 @@ func Run(t *testing.T, newStore func(t *testing.T) history.Store) {
 		{"MessageSeq", testMessageSeq},
 		{"RemoveMember", testRemoveMember},
 		{"ReadState", testReadState},
+		{"SaveReadsKeepsLatest", testSaveReadsKeepsLatest},
 		{"Ping", testPing},
 	}
 	for _, tc := range tests {

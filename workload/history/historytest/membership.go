@@ -4,6 +4,7 @@ import (
 	"errors"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/tetra-messenger/tetra/workload/history"
 )
@@ -115,3 +116,52 @@ func testReadState(t *testing.T, s history.Store) {
 }
 
 func ulidish(i int) string { return string(rune('a' + i)) }
+
+// testSaveReadsKeepsLatest: a read marker only moves forward by Seq
+// (PROTOCOL.md §3), whatever the order of the receipts, in one call or
+// across calls; a receipt of a non-member is dropped (it does not surface
+// once that user is added); a receipt without a message id is ErrInvalid.
+func testSaveReadsKeepsLatest(t *testing.T, s history.Store) {
+	ctx := ctxFor(t)
+	g, err := s.CreateGroup(ctx, "alice", "g", []string{"bob"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := func(msg string, seq int64) history.Read {
+		return history.Read{ChatID: g.ID, UserID: "bob", MessageID: msg, Seq: seq, At: time.Now()}
+	}
+	check := func(user, want string) {
+		t.Helper()
+		marks, err := s.ReadMarks(ctx, g.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, ok := marks[user]; got != want || ok != (want != "") {
+			t.Errorf("read marker of %s = %q (present %v), want %q", user, got, ok, want)
+		}
+	}
+	if err := s.SaveReads(ctx, []history.Read{read("m2", 2), read("m1", 1)}); err != nil {
+		t.Fatal(err)
+	}
+	check("bob", "m2")
+	if err := s.SaveReads(ctx, []history.Read{read("m5", 5), read("m4", 4)}); err != nil {
+		t.Fatal(err)
+	}
+	check("bob", "m5") // the highest Seq wins, not the last receipt
+	if err := s.SaveReads(ctx, []history.Read{read("m1", 1)}); err != nil {
+		t.Fatal(err)
+	}
+	check("bob", "m5")
+	carol := read("m5", 5)
+	carol.UserID = "carol"
+	if err := s.SaveReads(ctx, []history.Read{carol}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.AddMember(ctx, g.ID, "alice", "carol"); err != nil {
+		t.Fatal(err)
+	}
+	check("carol", "")
+	if err := s.SaveReads(ctx, []history.Read{{ChatID: g.ID, UserID: "bob"}}); !errors.Is(err, history.ErrInvalid) {
+		t.Errorf("SaveReads without a message id: err = %v, want ErrInvalid", err)
+	}
+}

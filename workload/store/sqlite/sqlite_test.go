@@ -503,57 +503,6 @@ func TestMemberCacheSeesOtherProcesses(t *testing.T) {
 	}
 }
 
-// TestSaveReadsKeepsLatest: a read marker only moves forward by Seq
-// (PROTOCOL.md §3), whatever the order of the receipts, in one call or
-// across calls; a receipt of a non-member is dropped.
-func TestSaveReadsKeepsLatest(t *testing.T) {
-	t.Parallel()
-	ctx := t.Context()
-	db := newDB(t)
-	g, err := db.CreateGroup(ctx, "alice", "g", []string{"bob"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	read := func(msg string, seq int64) history.Read {
-		return history.Read{ChatID: g.ID, UserID: "bob", MessageID: msg, Seq: seq, At: time.Now()}
-	}
-	check := func(user, want string) {
-		t.Helper()
-		var got string
-		err := db.r.QueryRowContext(ctx, `SELECT message_id FROM reads WHERE chat_id = '`+g.ID+`' AND user_id = '`+user+`'`).Scan(&got)
-		if want == "" {
-			if err == nil {
-				t.Errorf("stored read of %s = %q, want none", user, got)
-			}
-			return
-		}
-		if err != nil || got != want {
-			t.Errorf("stored read of %s = %q, %v; want %q", user, got, err, want)
-		}
-	}
-	if err := db.SaveReads(ctx, []history.Read{read("m2", 2), read("m1", 1)}); err != nil {
-		t.Fatal(err)
-	}
-	check("bob", "m2")
-	if err := db.SaveReads(ctx, []history.Read{read("m5", 5), read("m4", 4)}); err != nil {
-		t.Fatal(err)
-	}
-	check("bob", "m5") // the highest Seq wins, not the last receipt
-	if err := db.SaveReads(ctx, []history.Read{read("m1", 1)}); err != nil {
-		t.Fatal(err)
-	}
-	check("bob", "m5")
-	carol := read("m5", 5)
-	carol.UserID = "carol"
-	if err := db.SaveReads(ctx, []history.Read{carol}); err != nil {
-		t.Fatal(err)
-	}
-	check("carol", "")
-	if err := db.SaveReads(ctx, []history.Read{{ChatID: g.ID, UserID: "bob"}}); !errors.Is(err, history.ErrInvalid) {
-		t.Errorf("SaveReads without a message id: err = %v, want ErrInvalid", err)
-	}
-}
-
 func TestGroupLimits(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()

@@ -1024,6 +1024,23 @@ func testPurgeHistory(t *testing.T, s history.Store) {
 			}
 		}
 	}
+	// Sequences and outbox positions are never reused, not even once the
+	// newest message and its outbox rows are purged.
+	last := MustCommit(t, s, old(b.ID, "carol", "o4", 95*24*time.Hour))[0]
+	if n, err := s.PurgeHistory(ctx, cutoff, 10); err != nil || n != 1 {
+		t.Fatalf("PurgeHistory of the newest message = %d, %v; want 1", n, err)
+	}
+	next := MustCommit(t, s, Draft(b.ID, "carol", "n3", "new"))[0]
+	if next.Message.Seq <= last.Message.Seq {
+		t.Errorf("Seq after purging the newest message = %d, want above its %d", next.Message.Seq, last.Message.Seq)
+	}
+	for i, d := range next.Deliveries {
+		for _, o := range last.Deliveries {
+			if d.Partition == o.Partition && d.Pos <= o.Pos {
+				t.Errorf("delivery %d after the purge at position %d, not above the purged %d", i, d.Pos, o.Pos)
+			}
+		}
+	}
 }
 
 func testSaveReads(t *testing.T, s history.Store) {

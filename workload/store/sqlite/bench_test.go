@@ -8,6 +8,8 @@ import (
 
 	"github.com/oklog/ulid/v2"
 
+	"github.com/tetra-messenger/tetra/internal/testenv"
+
 	"github.com/tetra-messenger/tetra/workload/history"
 )
 
@@ -42,7 +44,7 @@ func benchmarkCommit(b *testing.B, batch, chats int, edit func(*Config)) {
 	drafts := make([]history.Draft, batch)
 	n := 0
 	b.ResetTimer()
-	start := time.Now()
+	start, cpu := time.Now(), testenv.CPUPer(b, "msg")
 	for b.Loop() {
 		for i := range drafts {
 			c := n % chats
@@ -66,4 +68,5 @@ func benchmarkCommit(b *testing.B, batch, chats int, edit func(*Config)) {
 		}
 	}
 	b.ReportMetric(float64(n)/time.Since(start).Seconds(), "msgs/s")
+	cpu(n)
 }

@@ -4,9 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/tetra-messenger/tetra/workload/history"
@@ -55,25 +52,19 @@ func (db *DB) Commit(ctx context.Context, drafts []history.Draft) ([]history.Res
 		return nil, unavailable("commit: membership epoch", err)
 	}
 	c := committer{
-		db:         db,
-		epoch:      epoch,
-		ctx:        ctx,
-		tx:         tx,
-		insHistory: tx.StmtContext(ctx, db.wInsertHistory),
-		insOutbox:  tx.StmtContext(ctx, db.wInsertOutbox),
-		createdAt:  nanos(time.Now()),
+		db:        db,
+		epoch:     epoch,
+		ctx:       ctx,
+		tx:        tx,
+		createdAt: nanos(time.Now()),
 	}
 	known, err := c.read(plan)
 	if err != nil {
 		return nil, err
 	}
 	plan.Decide(known)
-	for _, i := range plan.Inserts {
-		seq, deliveries, err := c.insert(plan.Results[i])
-		if err != nil {
-			return nil, err
-		}
-		plan.Inserted(i, seq, deliveries)
+	if err := c.insert(plan); err != nil {
+		return nil, err
 	}
 	if err := tx.Commit(); err != nil {
 		return nil, unavailable("commit", err)
@@ -83,17 +74,12 @@ func (db *DB) Commit(ctx context.Context, drafts []history.Draft) ([]history.Res
 
 // committer is the state of one Commit transaction.
 type committer struct {
-	db                    *DB
-	ctx                   context.Context
-	tx                    *sql.Tx
-	insHistory, insOutbox *sql.Stmt
-	createdAt             int64
-	epoch                 int64 // the membership epoch read in tx
+	db        *DB
+	ctx       context.Context
+	tx        *sql.Tx
+	createdAt int64
+	epoch     int64 // the membership epoch read in tx
 }
-
-// maxReadKeys bounds the keys or ids one read statement names (SQLite
-// bounds a statement's parameters).
-const maxReadKeys = 500
 
 // read reads what plan needs: the member lists of its chats and of the
 // chats of the originals its keys name, the messages under its keys, and
@@ -115,54 +101,39 @@ func (c *committer) read(plan *history.CommitPlan) (history.Known, error) {
 			return k, err
 		}
 	}
-	for keys := range slices.Chunk(plan.Keys(), maxReadKeys) {
-		if err := c.readKeys(keys, k.Committed); err != nil {
-			return k, err
-		}
+	if err := c.readKeys(plan.Keys(), k.Committed); err != nil {
+		return k, err
 	}
 	for _, m := range k.Committed {
 		if err := need(m.ChatID); err != nil {
 			return k, err
 		}
 	}
-	for ids := range slices.Chunk(plan.IDs(), maxReadKeys) {
-		if err := c.readIDs(ids, k.UsedIDs); err != nil {
-			return k, err
-		}
+	if err := c.readIDs(plan.IDs(), k.UsedIDs); err != nil {
+		return k, err
 	}
 	return k, nil
 }
 
-// readKeys adds the messages stored under keys to into: one statement, an
-// index probe per key (the CROSS JOIN keeps SQLite from scanning history).
+// readKeys adds the messages stored under keys to into: an index probe per
+// key (the CROSS JOIN keeps SQLite from scanning history), in the fewest of
+// the statement's prepared forms.
 func (c *committer) readKeys(keys []history.Key, into map[history.Key]history.Message) error {
-	var q strings.Builder
-	q.WriteString(`WITH k(s, c) AS (VALUES `)
 	args := make([]any, 0, 2*len(keys))
-	for i, key := range keys {
-		if i > 0 {
-			q.WriteString(",")
-		}
-		q.WriteString("(?, ?)")
+	for _, key := range keys {
 		args = append(args, key.Sender, key.Correlation)
 	}
-	q.WriteString(`) SELECT h.id, h.message_id, h.chat_id, h.sender_id, h.sender_device, h.correlation_id, h.body, h.sent_at
-		FROM k CROSS JOIN history AS h ON h.sender_id = k.s AND h.correlation_id = k.c`)
-	rows, err := c.tx.QueryContext(c.ctx, q.String(), args...)
-	if err != nil {
-		return unavailable("commit: dedupe", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
+	err := c.db.readKeys.query(c.ctx, c.tx, len(keys), args, func(rows *sql.Rows) error {
 		var m history.Message
 		var sentAt int64
 		if err := rows.Scan(&m.Seq, &m.ID, &m.ChatID, &m.SenderID, &m.SenderDevice, &m.CorrelationID, &m.Body, &sentAt); err != nil {
-			return unavailable("commit: dedupe", err)
+			return err
 		}
 		m.SentAt = fromNanos(sentAt)
 		into[history.Key{Sender: m.SenderID, Correlation: m.CorrelationID}] = m
-	}
-	if err := rows.Err(); err != nil {
+		return nil
+	})
+	if err != nil {
 		return unavailable("commit: dedupe", err)
 	}
 	return nil
@@ -174,58 +145,95 @@ func (c *committer) readIDs(ids []string, into map[string]bool) error {
 	for i, id := range ids {
 		args[i] = id
 	}
-	q := `SELECT message_id FROM history WHERE message_id IN (?` + strings.Repeat(", ?", len(ids)-1) + `)`
-	rows, err := c.tx.QueryContext(c.ctx, q, args...)
-	if err != nil {
-		return unavailable("commit: message ids", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
+	err := c.db.readIDs.query(c.ctx, c.tx, len(ids), args, func(rows *sql.Rows) error {
 		var id string
 		if err := rows.Scan(&id); err != nil {
-			return unavailable("commit: message ids", err)
+			return err
 		}
 		into[id] = true
-	}
-	if err := rows.Err(); err != nil {
+		return nil
+	})
+	if err != nil {
 		return unavailable("commit: message ids", err)
 	}
 	return nil
 }
 
-// insert stores a planned message: its history row, then one outbox row
-// per member (with the outbox on). The plan found its key and id free and
-// nothing else writes, so a conflict here is the store's failure.
-func (c *committer) insert(r history.Result) (int64, []history.Delivery, error) {
-	msg := r.Message
-	res, err := c.insHistory.ExecContext(c.ctx, msg.ID, msg.ChatID, msg.SenderID, msg.SenderDevice,
-		msg.CorrelationID, msg.Body, nanos(msg.SentAt))
-	if err != nil {
-		return 0, nil, unavailable("commit: insert history", err)
+// insert stores the planned messages: their history rows, then (with
+// the outbox on) one outbox row per member, each kind in multi-row
+// INSERTs (manyStmt). The ids are assigned here, in plan
+// order, from the tables' AUTOINCREMENT counters read in this transaction:
+// the store has one writer and the transaction holds the file's write lock
+// (BEGIN IMMEDIATE), so no other id can be taken between the read and the
+// inserts, and an id is never reused (sqlite_sequence keeps the highest id
+// ever stored, deleted rows included; inserting explicit ids moves it up).
+// The plan found every key and id free and nothing else writes, so a row
+// not inserted is the store's failure (manyStmt.exec checks the count).
+func (c *committer) insert(plan *history.CommitPlan) error {
+	if len(plan.Inserts) == 0 {
+		return nil
 	}
-	if n, err := res.RowsAffected(); err != nil || n != 1 {
-		return 0, nil, unavailable("commit: insert history", fmt.Errorf("%s/%s: %d rows inserted (%v), the plan found the key free", msg.SenderID, msg.CorrelationID, n, err))
+	var histSeq, outSeq int64
+	if err := c.tx.StmtContext(c.ctx, c.db.wSeqs).QueryRowContext(c.ctx).Scan(&histSeq, &outSeq); err != nil {
+		return unavailable("commit: sequences", err)
 	}
-	seq, err := res.LastInsertId()
-	if err != nil {
-		return 0, nil, unavailable("commit: insert history", err)
+	seqs := make([]int64, len(plan.Inserts))
+	for k := range plan.Inserts {
+		seqs[k] = histSeq + 1 + int64(k)
+	}
+	for k0 := 0; k0 < len(plan.Inserts); k0 += maxRows {
+		k1 := min(k0+maxRows, len(plan.Inserts))
+		args := make([]any, 0, 8*(k1-k0))
+		for k := k0; k < k1; k++ {
+			msg := plan.Results[plan.Inserts[k]].Message
+			args = append(args, seqs[k], msg.ID, msg.ChatID, msg.SenderID, msg.SenderDevice,
+				msg.CorrelationID, msg.Body, nanos(msg.SentAt))
+		}
+		if err := c.db.insertHistory.exec(c.ctx, c.tx, k1-k0, args); err != nil {
+			return unavailable("commit: insert history", err)
+		}
 	}
 	if !c.db.cfg.Outbox {
-		return seq, nil, nil
-	}
-	deliveries := make([]history.Delivery, len(r.Members))
-	for j, m := range r.Members {
-		res, err := c.insOutbox.ExecContext(c.ctx, m, seq, c.createdAt)
-		if err != nil {
-			return 0, nil, unavailable("commit: insert outbox", err)
+		for k, i := range plan.Inserts {
+			plan.Inserted(i, seqs[k], nil)
 		}
-		pos, err := res.LastInsertId()
-		if err != nil {
-			return 0, nil, unavailable("commit: insert outbox", err)
-		}
-		deliveries[j] = history.Delivery{Recipient: m, Partition: Partition, Pos: pos}
+		return nil
 	}
-	return seq, deliveries, nil
+	// One outbox row per (message, member), in plan then member order.
+	rows := 0
+	for _, i := range plan.Inserts {
+		rows += len(plan.Results[i].Members)
+	}
+	args := make([]any, 0, 4*min(rows, maxRows))
+	flush := func() error {
+		if len(args) == 0 {
+			return nil
+		}
+		n := len(args) / 4
+		err := c.db.insertOutbox.exec(c.ctx, c.tx, n, args)
+		args = args[:0]
+		return err
+	}
+	pos := outSeq
+	for k, i := range plan.Inserts {
+		members := plan.Results[i].Members
+		deliveries := make([]history.Delivery, len(members))
+		for j, m := range members {
+			pos++
+			args = append(args, pos, m, seqs[k], c.createdAt)
+			deliveries[j] = history.Delivery{Recipient: m, Partition: Partition, Pos: pos}
+			if len(args) == 4*maxRows {
+				if err := flush(); err != nil {
+					return unavailable("commit: insert outbox", err)
+				}
+			}
+		}
+		plan.Inserted(i, seqs[k], deliveries)
+	}
+	if err := flush(); err != nil {
+		return unavailable("commit: insert outbox", err)
+	}
+	return nil
 }
 
 // members returns the sorted members of chatID, or nil when the chat does

@@ -42,7 +42,9 @@ type DB struct {
 
 	// Writer statements, bound to the writer's one connection and reused by
 	// every transaction through Tx.StmtContext.
-	wMembers, wChatExists, wEpoch, wInsertHistory, wInsertOutbox *sql.Stmt
+	wMembers, wChatExists, wEpoch, wSeqs *sql.Stmt
+	// Commit's lookups and multi-row INSERTs (see manyStmt).
+	readKeys, readIDs, insertHistory, insertOutbox *manyStmt
 	// Reader statements, prepared per pooled connection on first use.
 	rPage, rScan, rHead *sql.Stmt
 
@@ -148,11 +150,28 @@ func (db *DB) prepare(ctx context.Context) error {
 	prep(db.w, &db.wMembers, `SELECT user_id FROM members WHERE chat_id = ? ORDER BY user_id`)
 	prep(db.w, &db.wChatExists, `SELECT 1 FROM chats WHERE id = ?`)
 	prep(db.w, &db.wEpoch, `SELECT epoch FROM membership_epoch WHERE id = 1`)
-	prep(db.w, &db.wInsertHistory, `INSERT INTO history
-		(message_id, chat_id, sender_id, sender_device, correlation_id, body, sent_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?)
-		ON CONFLICT (sender_id, correlation_id) DO NOTHING`)
-	prep(db.w, &db.wInsertOutbox, `INSERT INTO outbox (recipient, history_id, created_at) VALUES (?, ?, ?)`)
+	prep(db.w, &db.wSeqs, `SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'history'), 0),
+		coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'outbox'), 0)`)
+	many := func(dst **manyStmt, per int, row string, text func(list string) string) {
+		if err == nil {
+			*dst, err = prepareMany(ctx, db.w, per, row, text)
+		}
+	}
+	many(&db.readKeys, 2, "(?, ?)", func(list string) string {
+		return `WITH k(s, c) AS (VALUES ` + list + `)
+		SELECT h.id, h.message_id, h.chat_id, h.sender_id, h.sender_device, h.correlation_id, h.body, h.sent_at
+		FROM k CROSS JOIN history AS h ON h.sender_id = k.s AND h.correlation_id = k.c`
+	})
+	many(&db.readIDs, 1, "?", func(list string) string {
+		return `SELECT message_id FROM history WHERE message_id IN (` + list + `)`
+	})
+	many(&db.insertHistory, 8, "(?, ?, ?, ?, ?, ?, ?, ?)", func(list string) string {
+		return `INSERT INTO history (id, message_id, chat_id, sender_id, sender_device, correlation_id, body, sent_at)
+		VALUES ` + list
+	})
+	many(&db.insertOutbox, 4, "(?, ?, ?, ?)", func(list string) string {
+		return `INSERT INTO outbox (id, recipient, history_id, created_at) VALUES ` + list
+	})
 	prep(db.r, &db.rPage, pageQuery)
 	prep(db.r, &db.rScan, scanQuery)
 	prep(db.r, &db.rHead, `SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'outbox'), 0)`)
@@ -178,10 +197,15 @@ func (db *DB) Ping(ctx context.Context) error {
 func (db *DB) Close() error {
 	db.closeOnce.Do(func() {
 		var errs []error
-		for _, s := range []*sql.Stmt{db.wMembers, db.wChatExists, db.wEpoch, db.wInsertHistory,
-			db.wInsertOutbox, db.rPage, db.rScan, db.rHead} {
+		for _, s := range []*sql.Stmt{db.wMembers, db.wChatExists, db.wEpoch, db.wSeqs,
+			db.rPage, db.rScan, db.rHead} {
 			if s != nil {
 				errs = append(errs, s.Close())
+			}
+		}
+		for _, r := range []*manyStmt{db.readKeys, db.readIDs, db.insertHistory, db.insertOutbox} {
+			if r != nil {
+				errs = append(errs, r.close())
 			}
 		}
 		if db.r != nil {

@@ -1,0 +1,66 @@
+package server_test
+
+import (
+	"encoding/binary"
+	"net"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tetra-messenger/tetra/workload/server"
+)
+
+// A client that stops reading must not hold a session forever: once the
+// socket's buffers are full, the server's write blocks, and after
+// Config.WriteTimeout the write's watchdog closes the socket, which ends
+// the session (its registration included). The client floods pings (each
+// answered with a pong frame) on a socket with a tiny receive buffer and
+// reads nothing; pings are slow (1 min) so the idle reaper cannot be what
+// ends it.
+func TestE2EWriteTimeoutEndsAStuckSession(t *testing.T) {
+	t.Parallel()
+	b := backends(t)[0] // the writer is the same for every backend
+	e := newEnv(t, b, func(c *server.Config) {
+		c.WriteTimeout = 500 * time.Millisecond
+		c.Tuning.PingInterval = time.Minute
+		c.Tuning.PingTimeout = time.Minute
+	})
+	raw := e.dialRaw("dave")
+	if tc, ok := raw.conn.(*net.TCPConn); ok {
+		if sc, err := tc.SyscallConn(); err == nil {
+			_ = sc.Control(func(fd uintptr) {
+				_ = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096)
+			})
+		}
+	}
+	eventually(t, waitLong, "the stuck client to be registered", func() bool {
+		return e.srv.Engine().Stats().Connected == 1
+	})
+	// Masked text frames of {"type":"ping"} until the server stops reading.
+	ping := []byte(`{"type":"ping"}`)
+	frame := make([]byte, 0, 2+4+len(ping))
+	frame = append(frame, 0x81, 0x80|byte(len(ping)))
+	var mask [4]byte
+	binary.BigEndian.PutUint32(mask[:], 0x5a5a5a5a)
+	frame = append(frame, mask[:]...)
+	for i, c := range ping {
+		frame = append(frame, c^mask[i%4])
+	}
+	var flood []byte
+	for range 1000 {
+		flood = append(flood, frame...)
+	}
+	go func() {
+		for {
+			_ = raw.conn.SetWriteDeadline(time.Now().Add(2 * time.Second))
+			if _, err := raw.conn.Write(flood); err != nil {
+				return
+			}
+		}
+	}()
+	start := time.Now()
+	eventually(t, waitLong, "the session of the client that reads nothing to end", func() bool {
+		return e.srv.Engine().Stats().Connected == 0
+	})
+	t.Logf("the stuck session ended %v after the flood began (write timeout 500ms)", time.Since(start).Round(10*time.Millisecond))
+}

@@ -3,6 +3,7 @@ package delivery
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/tetra-messenger/tetra/workload/history"
 	"github.com/tetra-messenger/tetra/workload/protocol"
@@ -166,9 +167,8 @@ func (e *Engine) deliverFast(batch []fastItem) {
 		m.mu.Unlock()
 		byMember[m] = append(byMember[m], it.item)
 	}
-	for m, items := range byMember {
-		n := e.send(m, items)
-		e.fast.Add(int64(n))
+	e.fast.Add(int64(e.sendMany(byMember)))
+	for _, items := range byMember {
 		e.observe("fast", items)
 	}
 }
@@ -189,19 +189,67 @@ func (e *Engine) send(m *Member, items []item) int {
 	}
 	t := e.tuning()
 	lease := e.now().Add(t.Lease)
+	ctx, cancel := e.ctx()
+	e.idxMu.RLock()
+	_, err := e.idx.Sent(ctx, m.client.ID, entriesOf(items), lease)
+	e.idxMu.RUnlock()
+	cancel()
+	if !e.recorded(m, err) {
+		return 0
+	}
+	return e.queueSent(m, items, lease)
+}
+
+// sendMany is send for several members at once: with an index that can
+// (waterline.ManySender, Redis) their entries are recorded in one round
+// trip, not one per member; then each member's frames are queued as send
+// queues them. It returns how many frames were queued.
+func (e *Engine) sendMany(byMember map[*Member][]item) int {
+	ms, ok := e.idx.(waterline.ManySender)
+	if !ok || len(byMember) < 2 {
+		n := 0
+		for m, items := range byMember {
+			n += e.send(m, items)
+		}
+		return n
+	}
+	members := make([]*Member, 0, len(byMember))
+	batches := make([]waterline.SentBatch, 0, len(byMember))
+	for m, items := range byMember {
+		members = append(members, m)
+		batches = append(batches, waterline.SentBatch{ClientID: m.client.ID, Entries: entriesOf(items)})
+	}
+	lease := e.now().Add(e.tuning().Lease)
+	ctx, cancel := e.ctx()
+	e.idxMu.RLock()
+	errs := ms.SentMany(ctx, batches, lease)
+	e.idxMu.RUnlock()
+	cancel()
+	n := 0
+	for k, m := range members {
+		if e.recorded(m, errs[k]) {
+			n += e.queueSent(m, byMember[m], lease)
+		}
+	}
+	return n
+}
+
+func entriesOf(items []item) []waterline.Entry {
 	entries := make([]waterline.Entry, len(items))
 	for i, it := range items {
 		entries[i] = it.entry
 	}
-	ctx, cancel := e.ctx()
-	e.idxMu.RLock()
-	_, err := e.idx.Sent(ctx, m.client.ID, entries, lease)
-	e.idxMu.RUnlock()
-	cancel()
+	return entries
+}
+
+// recorded handles the index's answer to recording a send to m: false
+// when m was withdrawn meanwhile (nothing to send). A send the index
+// refused otherwise is still delivered (see send).
+func (e *Engine) recorded(m *Member, err error) bool {
 	switch {
 	case errors.Is(err, waterline.ErrUnknownClient):
 		if !e.Registered(m) {
-			return 0 // withdrawn meanwhile
+			return false // withdrawn meanwhile
 		}
 		// The index lost this registration: a flush or a failover that
 		// the next GC pass rebuilds from, or, in a shared index, another
@@ -212,6 +260,12 @@ func (e *Engine) send(m *Member, items []item) int {
 	case err != nil:
 		e.logger.Warn("waterline index refused a send; delivering (the connection's window keeps it for re-delivery)", "conn", m.client.ID, "err", err)
 	}
+	return true
+}
+
+// queueSent counts an attempt of each item still outstanding, with lease,
+// and queues its frame on m's socket. It returns how many were queued.
+func (e *Engine) queueSent(m *Member, items []item, lease time.Time) int {
 	frames := make([][]byte, 0, len(items))
 	m.mu.Lock()
 	for _, it := range items {

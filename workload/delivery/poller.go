@@ -192,8 +192,8 @@ func (e *Engine) scan(ctx context.Context, p int32) {
 				}
 			}
 		}
-		for m, items := range byMember {
-			e.polled.Add(int64(e.send(m, items)))
+		e.polled.Add(int64(e.sendMany(byMember)))
+		for _, items := range byMember {
 			e.observe("poll", items)
 		}
 		last := rows[len(rows)-1].Pos
@@ -285,8 +285,8 @@ func (e *Engine) catchUp(ctx context.Context, p int32) {
 				}
 			}
 		}
-		for m, items := range byMember {
-			e.polled.Add(int64(e.send(m, items)))
+		e.polled.Add(int64(e.sendMany(byMember)))
+		for _, items := range byMember {
 			e.observe("poll", items)
 		}
 		if after >= upto {

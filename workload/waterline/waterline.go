@@ -141,6 +141,24 @@ type Index interface {
 	Stats(ctx context.Context) (Stats, error)
 }
 
+// SentBatch is one client's part of a SentMany call.
+type SentBatch struct {
+	ClientID string
+	Entries  []Entry
+}
+
+// ManySender is an Index that can record the sends of many clients at
+// once: SentMany(ctx, batches, leaseUntil) has the effect of
+// Sent(ctx, b.ClientID, b.Entries, leaseUntil) for each batch, in order, in
+// one round trip for a remote index (the fast path records a whole
+// delivery batch with it). It returns one error per batch (nil,
+// ErrUnknownClient, or an error wrapping ErrUnavailable), and a batch that
+// failed wrote nothing. Each batch is atomic as Sent is; the calls as a
+// whole are not.
+type ManySender interface {
+	SentMany(ctx context.Context, batches []SentBatch, leaseUntil time.Time) []error
+}
+
 // Claim says that connection ConnID of (User, Device), registered by the
 // process Owner, is that device's newest connection (PROTOCOL.md §3: single
 // active session per (user, device)).

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tetra-messenger/tetra/internal/testenv"
 	"github.com/tetra-messenger/tetra/workload/waterline"
 	"github.com/tetra-messenger/tetra/workload/waterline/redis"
 )
@@ -150,6 +151,46 @@ func BenchmarkExpired(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
+		})
+	}
+}
+
+// BenchmarkSent64Clients records one entry for each of 64 clients, as a
+// fast-path batch of 64 one-to-one messages does: one Sent per client (64
+// round trips) against one SentMany (one pipelined round trip). Per-op
+// time is per 64 clients; it reports CPU per client (this process's: the
+// go-redis side, not the Redis server's).
+func BenchmarkSent64Clients(b *testing.B) {
+	for _, many := range []bool{false, true} {
+		b.Run(map[bool]string{false: "Sent", true: "SentMany"}[many], func(b *testing.B) {
+			ctx := b.Context()
+			base := time.Now().Truncate(time.Millisecond)
+			x, ids := loaded(b, 5000, 20, base)
+			lease := base.Add(time.Hour)
+			batches := make([]waterline.SentBatch, 64)
+			i := 0
+			cpu := testenv.CPUPer(b, "client")
+			for b.Loop() {
+				for k := range batches {
+					batches[k] = waterline.SentBatch{ClientID: ids[(i*64+k)%len(ids)],
+						Entries: []waterline.Entry{{MessageID: fmt.Sprint("msg-", i, "-", k), Pos: int64(1_000_000 + i*64 + k)}}}
+				}
+				if many {
+					for k, err := range x.SentMany(ctx, batches, lease) {
+						if err != nil {
+							b.Fatalf("batch %d: %v", k, err)
+						}
+					}
+				} else {
+					for _, bt := range batches {
+						if _, err := x.Sent(ctx, bt.ClientID, bt.Entries, lease); err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+				i++
+			}
+			cpu(i * 64)
 		})
 	}
 }

@@ -92,6 +92,65 @@ func (x *Index) Sent(ctx context.Context, clientID string, entries []waterline.E
 	return x.record(ctx, "sent", clientID, entries, ceilMillis(leaseUntil), "1", "1")
 }
 
+// SentMany is Sent for each batch, in one pipelined round trip (one
+// script call per batch, so each batch is atomic as Sent is). When Redis
+// lost the script (a restart, a failover), it loads it and sends the
+// batches that failed with NOSCRIPT (which wrote nothing) once more.
+// Errors are per batch, as waterline.ManySender says.
+func (x *Index) SentMany(ctx context.Context, batches []waterline.SentBatch, leaseUntil time.Time) []error {
+	errs := make([]error, len(batches))
+	args := make([][]any, len(batches))
+	lease := ceilMillis(leaseUntil)
+	todo := make([]int, 0, len(batches))
+	for i, b := range batches {
+		a := make([]any, 0, 5+4*len(b.Entries))
+		a = append(a, x.cfg.Prefix, b.ClientID, lease, "1", "1")
+		for _, e := range b.Entries {
+			if err := checkPos("sent", b.ClientID, e); err != nil {
+				errs[i] = err
+				break
+			}
+			a = append(a, e.MessageID, itoa32(e.Partition), e.Pos, posKey(e.Pos)+partKey(e.Partition))
+		}
+		if errs[i] == nil {
+			args[i] = a
+			todo = append(todo, i)
+		}
+	}
+	cctx, cancel := x.call(ctx)
+	defer cancel()
+	for attempt := 0; attempt < 2 && len(todo) > 0; attempt++ {
+		pipe := x.rdb.Pipeline()
+		cmds := make([]*goredis.Cmd, len(todo))
+		for k, i := range todo {
+			cmds[k] = sentScript.EvalSha(cctx, pipe, []string{x.kClients, x.kState(batches[i].ClientID), x.kLease}, args[i]...)
+		}
+		_, _ = pipe.Exec(cctx) // read per command below
+		var again []int
+		for k, i := range todo {
+			n, err := cmds[k].Int64()
+			switch {
+			case err != nil && attempt == 0 && goredis.HasErrorPrefix(err, "NOSCRIPT"):
+				again = append(again, i)
+			case err != nil:
+				errs[i] = unavailable("sent", err)
+			case n < 0:
+				errs[i] = unknown("sent", batches[i].ClientID)
+			}
+		}
+		if len(again) > 0 {
+			if err := sentScript.Load(cctx, x.rdb).Err(); err != nil {
+				for _, i := range again {
+					errs[i] = unavailable("sent: load the script", err)
+				}
+				return errs
+			}
+		}
+		todo = again
+	}
+	return errs
+}
+
 // Restore adds entries to the client's pending set, each with its Attempts
 // and LeaseUntil (zero: due at once; stored in whole milliseconds, rounded
 // up), skipping MessageIDs already pending. Entries go in scripts of up to

@@ -156,7 +156,10 @@ type Index struct {
 	closeErr  error
 }
 
-var _ waterline.Index = (*Index)(nil)
+var (
+	_ waterline.Index      = (*Index)(nil)
+	_ waterline.ManySender = (*Index)(nil)
+)
 
 // New connects to Redis, checks that it answers and that its eviction
 // policy cannot drop the index's keys, and returns an index. An unreachable

@@ -358,3 +358,46 @@ func TestIdentityFormat(t *testing.T) {
 		t.Fatalf("Identity = %q; want run_id/master_replid of the server", id)
 	}
 }
+
+// SentMany pipelines script calls by SHA: after Redis lost its scripts (a
+// restart, a failover; here SCRIPT FLUSH, which every other user of the
+// server survives, go-redis falling back to EVAL), the batches are sent
+// again with the script loaded, and none is recorded twice. A batch with a
+// position beyond MaxPos fails alone.
+func TestSentManyAfterScriptFlush(t *testing.T) {
+	ctx := t.Context()
+	x, cfg := newIndex(t)
+	for _, id := range []string{"a", "b"} {
+		if err := x.Connect(ctx, waterline.Client{ID: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	opt, err := goredis.ParseURL(cfg.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := goredis.NewClient(opt)
+	defer admin.Close()
+	if err := admin.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	lease := time.Now().Add(time.Minute)
+	errs := x.SentMany(ctx, []waterline.SentBatch{
+		{ClientID: "a", Entries: []waterline.Entry{{MessageID: "m1", Pos: 1}}},
+		{ClientID: "b", Entries: []waterline.Entry{{MessageID: "m2", Pos: redis.MaxPos + 1}}},
+		{ClientID: "b", Entries: []waterline.Entry{{MessageID: "m3", Pos: 3}}},
+	}, lease)
+	if errs[0] != nil || errs[2] != nil {
+		t.Fatalf("SentMany after SCRIPT FLUSH: %v", errs)
+	}
+	if errs[1] == nil {
+		t.Error("SentMany with a position beyond MaxPos: no error")
+	}
+	due, err := x.Expired(ctx, lease.Add(time.Millisecond), 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(due) != 2 || due[0].Attempts != 1 || due[1].Attempts != 1 {
+		t.Errorf("after SentMany: %+v; want m1 and m3, one attempt each", due)
+	}
+}

@@ -23,6 +23,7 @@ func Run(t *testing.T, newIndex func(t *testing.T) waterline.Index) {
 		{"OutOfOrderAckKeepsPin", testOutOfOrderAck},
 		{"AckUnknownIgnored", testAckUnknownIgnored},
 		{"SentAgain", testSentAgain},
+		{"SentMany", testSentMany},
 		{"Expired", testExpired},
 		{"WithdrawIsNotAck", testWithdraw},
 		{"WithdrawIdempotent", testWithdrawIdempotent},
@@ -326,6 +327,45 @@ func testSentAgain(h *harness) {
 		pend("c", ent("m2", 0, 20), 1, h.at(50)),
 	})
 	h.wantStats(waterline.Stats{Clients: 1, Pending: 2})
+}
+
+// testSentMany: an index that records many clients' sends at once
+// (waterline.ManySender) does what Sent does for each, in order, with an
+// error per batch; a batch for an unknown client writes nothing and the
+// others are recorded all the same.
+func testSentMany(h *harness) {
+	ms, ok := h.ix.(waterline.ManySender)
+	if !ok {
+		h.t.Skip("this index has no SentMany (the engine calls Sent per client)")
+	}
+	h.connect("a")
+	h.connect("b")
+	h.wantSent("b", h.at(100), 1, ent("n1", 0, 5))
+	errs := ms.SentMany(h.ctx, []waterline.SentBatch{
+		{ClientID: "a", Entries: []waterline.Entry{ent("m1", 0, 10), ent("m2", 1, 11)}},
+		{ClientID: "nobody", Entries: []waterline.Entry{ent("x1", 0, 1)}},
+		{ClientID: "b", Entries: []waterline.Entry{ent("n1", 0, 99), ent("n2", 0, 6)}},
+	}, h.at(200))
+	if len(errs) != 3 {
+		h.t.Fatalf("SentMany returned %d errors for 3 batches", len(errs))
+	}
+	if errs[0] != nil || errs[2] != nil {
+		h.t.Fatalf("SentMany: %v, %v for the registered clients; want nil", errs[0], errs[2])
+	}
+	if !errors.Is(errs[1], waterline.ErrUnknownClient) {
+		h.t.Errorf("SentMany for an unknown client: %v, want ErrUnknownClient", errs[1])
+	}
+	h.wantPending("after SentMany", h.expired(h.at(200), 10), []waterline.Pending{
+		pend("b", ent("n1", 0, 5), 2, h.at(200)), // a re-send: attempts+1, its Pos kept
+		pend("b", ent("n2", 0, 6), 1, h.at(200)),
+		pend("a", ent("m1", 0, 10), 1, h.at(200)),
+		pend("a", ent("m2", 1, 11), 1, h.at(200)),
+	})
+	h.wantLine(0, 5)
+	h.wantStats(waterline.Stats{Clients: 2, Pending: 4})
+	if errs := ms.SentMany(h.ctx, nil, h.at(300)); len(errs) != 0 {
+		h.t.Errorf("SentMany(nil) = %v, want no errors", errs)
+	}
 }
 
 func testExpired(h *harness) {

@@ -47,6 +47,7 @@ var scenarios = []string{
 	"two_users", "restart", "html_is_text", "unicode", "long_history", "bad_token", "token_refresh",
 	// issue 14: the page at real sizes, read state, membership, chat events
 	"members", "chat_events", "read_state", "links", "bidi_zalgo", "days_groups", "phone", "readme",
+	"tap_during_render",
 }
 
 // scenarioConfig adjusts the server of a scenario.

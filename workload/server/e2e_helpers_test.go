@@ -926,11 +926,19 @@ type rawConn struct {
 // dialRaw opens /ws for user over a bare TCP connection.
 func (e *env) dialRaw(user string) *rawConn {
 	e.t.Helper()
+	return e.dialRawWith(user, &net.Dialer{})
+}
+
+// dialRawWith is dialRaw through d (to set socket options before the
+// connection exists, for one).
+func (e *env) dialRawWith(user string, d *net.Dialer) *rawConn {
+	e.t.Helper()
 	u, err := url.Parse(e.srv.URL())
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	conn, err := net.DialTimeout("tcp", u.Host, waitLong)
+	d.Timeout = waitLong
+	conn, err := d.Dial("tcp", u.Host)
 	if err != nil {
 		e.t.Fatalf("dial %s: %v", u.Host, err)
 	}

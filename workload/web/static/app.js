@@ -37,14 +37,21 @@ function el(tag, attrs = {}, ...children) {
  * reconcile makes parent's children the elements of items, in order, reusing
  * the element cached under each key while its signature is unchanged. Nodes
  * that did not change stay in place, so a render during a click, a text
- * selection or a scroll does not disturb it.
+ * selection or a scroll does not disturb it. An item with update(el) keeps
+ * its element when its signature changes too, and update refreshes it in
+ * place: a chat item a message just changed is still the element under the
+ * pointer, so a tap that began before the message arrived still opens it
+ * (a replaced element loses the click; seen in CI).
  */
 function reconcile(parent, items, cache) {
   let prev = null;
   const next = () => (prev ? prev.nextElementSibling : parent.firstElementChild);
-  for (const { key, sig, build } of items) {
+  for (const { key, sig, build, update } of items) {
     let c = cache.get(key);
-    if (!c || c.sig !== sig) {
+    if (c && c.sig !== sig && update) {
+      update(c.el);
+      c.sig = sig;
+    } else if (!c || c.sig !== sig) {
       const fresh = build();
       c?.el.replaceWith(fresh);
       c = { el: fresh, sig };
@@ -336,26 +343,32 @@ function renderChats() {
     const last = client.messages(chat.chatId).at(-1);
     const title = chatTitle(chat);
     const kind = chat.kind === 'group' ? `group · ${chat.members.length}` : 'direct';
+    // fill sets the item's state and contents, keeping the button itself.
+    const fill = (b) => {
+      if (current) b.setAttribute('aria-current', 'true');
+      else b.removeAttribute('aria-current');
+      b.replaceChildren(
+        el('span', { class: `avatar ${hue(chat.chatId)}`, 'aria-hidden': 'true' }, initial(title)),
+        el('span', { class: 'chat-name', dir: 'auto' }, title),
+        el('span', { class: 'chat-kind' }, kind),
+        n ? el('span', { class: 'unread', 'data-unread': String(n), 'aria-label': `${n} unread` }, String(n)) : '',
+        el(
+          'span',
+          { class: 'preview' },
+          ...(last ? [el('bdi', { class: 'who' }, last.senderId), ': ', el('bdi', {}, last.body)] : ['no messages yet']),
+        ),
+      );
+    };
     return {
       key: chat.chatId,
       sig: JSON.stringify([title, kind, n, last?.senderId, last?.body, last?.sentAt, current]),
       build: () => {
-        const b = el(
-          'button',
-          { type: 'button', class: 'chat-item', 'data-chat-id': chat.chatId, 'aria-current': current ? 'true' : false },
-          el('span', { class: `avatar ${hue(chat.chatId)}`, 'aria-hidden': 'true' }, initial(title)),
-          el('span', { class: 'chat-name', dir: 'auto' }, title),
-          el('span', { class: 'chat-kind' }, kind),
-          n ? el('span', { class: 'unread', 'data-unread': String(n), 'aria-label': `${n} unread` }, String(n)) : '',
-          el(
-            'span',
-            { class: 'preview' },
-            ...(last ? [el('bdi', { class: 'who' }, last.senderId), ': ', el('bdi', {}, last.body)] : ['no messages yet']),
-          ),
-        );
+        const b = el('button', { type: 'button', class: 'chat-item', 'data-chat-id': chat.chatId });
         b.addEventListener('click', () => open(chat.chatId));
+        fill(b);
         return el('li', {}, b);
       },
+      update: (li) => fill(li.firstElementChild),
     };
   });
   reconcile($('chats'), items, chatEls);

@@ -14,6 +14,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/tetra-messenger/tetra/internal/testenv"
 	"github.com/tetra-messenger/tetra/workload/server"
 )
 
@@ -24,7 +25,8 @@ import (
 // message accepted and delivered; ns/op is the wall time per message with
 // client and server on the same machine, so it moves with the commit path,
 // the delivery path and the codec together (docs/benchmarks.md, "Hot
-// paths").
+// paths"). cpu-µs/msg is the process's CPU per message, the two clients'
+// share included.
 func BenchmarkE2EPair(b *testing.B) {
 	cfg := server.DefaultConfig()
 	cfg.Addr = "127.0.0.1:0"
@@ -82,6 +84,7 @@ func BenchmarkE2EPair(b *testing.B) {
 
 	b.ReportAllocs()
 	b.ResetTimer()
+	cpu := testenv.CPUPer(b, "msg") // client and server: one process
 	// bob: read every message frame, acknowledge it at once.
 	received := make(chan error, 1)
 	go func() {
@@ -144,4 +147,5 @@ func BenchmarkE2EPair(b *testing.B) {
 	if err := <-received; err != nil {
 		b.Fatal(err)
 	}
+	cpu(b.N)
 }

@@ -27,6 +27,7 @@ for i in $(seq "$RUNS"); do
       echo "$b $(run "$bin" --store "postgres://postgres@127.0.0.1:5432/$db?sslmode=disable" \
         --index redis://127.0.0.1:6379/9 --index-prefix "$db:")"
       psql -h 127.0.0.1 -U postgres -qc "drop database $db" >/dev/null 2>&1
+      redis-cli -n 9 --scan --pattern "$db:*" | xargs -r redis-cli -n 9 del >/dev/null
     else
       echo "$b $(run "$bin")"
     fi

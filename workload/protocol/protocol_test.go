@@ -220,7 +220,12 @@ func TestDecodeClientStrictness(t *testing.T) {
 		{"a lone surrogate in an unknown nested key", `{"type":"ping","x":{"y":["\udfff"]}}`, ""},
 		{"a lone surrogate in a key", `{"type":"ping","\ud800":1}`, ""},
 		{"invalid UTF-8 in a correlationId", "{\"type\":\"send\",\"chatId\":\"c\",\"correlationId\":\"k\xff\",\"body\":\"a\"}", ""},
-		{"invalid UTF-8 in a body", "{\"type\":\"send\",\"chatId\":\"c\",\"correlationId\":\"k\",\"body\":\"\xc3\x28\"}", ""},
+		// The fault is in the body: the answer names the send (docs/PROTOCOL.md,
+		// "Additions"); before, every invalid UTF-8 named none.
+		{"invalid UTF-8 in a body", "{\"type\":\"send\",\"chatId\":\"c\",\"correlationId\":\"k\",\"body\":\"\xc3\x28\"}", "k"},
+		{"invalid UTF-8 in a chatId", "{\"type\":\"send\",\"chatId\":\"c\xff\",\"correlationId\":\"k\",\"body\":\"a\"}", "k"},
+		{"invalid UTF-8 in a key", "{\"type\":\"send\",\"chatId\":\"c\",\"correlationId\":\"k\",\"b\xffody\":\"a\",\"body\":\"a\"}", ""},
+		{"invalid UTF-8 in the type", "{\"type\":\"send\xff\",\"chatId\":\"c\",\"correlationId\":\"k\",\"body\":\"a\"}", ""},
 		{"a blank body", `{"type":"send","chatId":"c","correlationId":"k","body":" \t\n "}`, "k"},
 		{"a body of Unicode spaces", `{"type":"send","chatId":"c","correlationId":"k","body":"\u00a0\u3000\u2028"}`, "k"},
 	} {

@@ -36,12 +36,17 @@ type strictError struct {
 // are allowed (and ignored by the decoder). It returns nil when the frame
 // keeps every rule.
 func checkFrame(data []byte) *strictError {
-	if !utf8.Valid(data) {
-		return &strictError{msg: "frame is not valid UTF-8"}
-	}
+	// Invalid UTF-8 is named by the key whose value holds it, so a send
+	// whose body is broken is still answered with its correlationId; in a
+	// key, or outside any value, it is the frame's.
+	badUTF8 := !utf8.Valid(data)
+	frameBad := &strictError{msg: "frame is not valid UTF-8"}
 	s := scanner{data: data}
 	s.space()
 	if !s.eat('{') {
+		if badUTF8 {
+			return frameBad
+		}
 		return nil // not an object: the caller refuses it
 	}
 	var buf [8][]byte // frames have a handful of keys: no allocation
@@ -49,11 +54,17 @@ func checkFrame(data []byte) *strictError {
 	for {
 		s.space()
 		if s.eat('}') {
+			if badUTF8 {
+				return frameBad
+			}
 			return nil
 		}
 		raw, ok := s.str()
 		if !ok {
 			return &strictError{msg: "frame holds an unpaired UTF-16 surrogate escape (\\ud800-\\udfff) in a key"}
+		}
+		if badUTF8 && !utf8.Valid(raw) {
+			return frameBad
 		}
 		key := unquote(raw)
 		for _, k := range seen {
@@ -70,8 +81,12 @@ func checkFrame(data []byte) *strictError {
 		s.space()
 		s.eat(':')
 		s.space()
+		start := s.i
 		if !s.value() {
 			return &strictError{key: string(key), msg: fmt.Sprintf("%s holds an unpaired UTF-16 surrogate escape (\\ud800-\\udfff), which is no text", key)}
+		}
+		if badUTF8 && !utf8.Valid(s.data[start:s.i]) {
+			return &strictError{key: string(key), msg: fmt.Sprintf("%s is not valid UTF-8", key)}
 		}
 		s.space()
 		s.eat(',')

@@ -31,14 +31,33 @@ type outQueue struct {
 }
 
 // newOutQueue makes a queue of capacity frames, capacity >= 2*answerReserve
-// (Config.validate checks it).
+// (Config.validate checks it), whose message frames leave answerReserve
+// slots free.
 func newOutQueue(capacity int) *outQueue {
+	return newOutQueueFor(capacity, 0)
+}
+
+// newOutQueueFor makes the queue of a session allowed credits sends in
+// flight: message frames fill it to capacity - answerReserve as before,
+// and it has credits more slots, so the answers of every send in flight
+// fit beside a full share of messages and the control reserve however many
+// a group commit answers at once (with 512 credits and a fixed reserve of
+// 64, a burst of 300 sends overflowed it and closed the reading client
+// with 1008); answerReserve stays for control frames.
+func newOutQueueFor(capacity, credits int) *outQueue {
+	extra := max(0, credits)
 	return &outQueue{
-		frames: make(chan []byte, capacity),
+		frames: make(chan []byte, capacity+extra),
 		limit:  capacity - answerReserve,
 		room:   make(chan struct{}, 1),
 	}
 }
+
+// maxSessionCredits bounds the sends in flight one connection is granted,
+// whatever maxInFlightSends says: each credit is a slot of the session's
+// outbound queue, allocated when it connects (a million credits would be
+// 24 MB per connection). hello advertises the bound when it applies.
+const maxSessionCredits = 4096
 
 // pushMessage queues a message frame unless the queue holds limit frames
 // already; false means it was not queued (delivery re-sends it after its

@@ -3,6 +3,7 @@ package server_test
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"net"
 	"syscall"
 	"testing"
@@ -80,4 +81,41 @@ func TestE2EWriteTimeoutEndsAStuckSession(t *testing.T) {
 		return e.srv.Engine().Stats().Connected == 0
 	})
 	t.Logf("the stuck session ended %v after the flood began (write timeout 500ms)", time.Since(start).Round(10*time.Millisecond))
+}
+
+// A client that stays within credits larger than the outbound queue's
+// reserve of 64 is never closed for its answers: it writes 400 sends at
+// once (512 credits) while reading normally, eight times, and gets 400
+// accepted each time. With the answers sharing the fixed reserve, a group
+// commit answering more than 64 sends at once overflowed the queue and
+// closed the client with 1008 (found by a fresh tester, about one burst in
+// three).
+func TestE2EBurstWithinLargeCreditsIsAnswered(t *testing.T) {
+	t.Parallel()
+	b := backends(t)[0] // the queue is the same for every backend
+	e := newEnv(t, b, func(c *server.Config) {
+		c.Tuning.MaxInFlightSends = 512
+		c.Tuning.SendsPerSecond = 100_000
+		c.Tuning.FanoutPerSecond = 1_000_000
+	})
+	chat := e.createDirect("erin", "frank")
+	erin := e.dial("erin", dialOpts{})
+	for round := range 8 {
+		for i := range 400 {
+			erin.send(chat.ChatID, fmt.Sprintf("r%d-%d", round, i), "burst")
+		}
+		accepted := 0
+		for accepted < 400 {
+			f, err := erin.nextE(func(f frame) bool { return f.Type == "accepted" || f.Type == "error" }, waitLong)
+			if err != nil {
+				t.Fatalf("round %d: after %d accepted: %v", round, accepted, err)
+			}
+			switch f.Type {
+			case "accepted":
+				accepted++
+			case "error":
+				t.Fatalf("round %d: error frame %+v after %d accepted", round, f, accepted)
+			}
+		}
+	}
 }

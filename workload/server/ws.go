@@ -120,6 +120,12 @@ type session struct {
 
 	member   *delivery.Member
 	inflight atomic.Int32
+	// credits bounds the sends in flight for this connection: the
+	// maxInFlightSends it connected with (at most maxSessionCredits), the
+	// answers its outbound queue has room for. A live change of the knob
+	// lowers it at once and raises it up to this bound; new connections
+	// get the new value.
+	credits int
 	limiter  *rate.Limiter
 	fanout   *rate.Limiter // the user's outbox rows per second, shared by its connections (fanout.go)
 	bad      int
@@ -137,7 +143,8 @@ func newSession(s *Server, c *websocket.Conn, user, device string) *session {
 	wctx, wdone := context.WithCancel(context.Background())
 	return &session{
 		srv: s, ws: c, id: ulid.Make().String(), user: user, device: device,
-		out:        newOutQueue(s.cfg.OutboundQueue),
+		out:        newOutQueueFor(s.cfg.OutboundQueue, min(t.MaxInFlightSends, maxSessionCredits)),
+		credits:    min(t.MaxInFlightSends, maxSessionCredits),
 		closing:    make(chan struct{}),
 		writerGone: make(chan struct{}),
 		writerCtx:  wctx, writerDone: wdone,
@@ -222,7 +229,7 @@ func (c *session) run() {
 	// hello arrives then sees every message at or below that position, and
 	// every later one is pushed. No gap between the two.
 	c.send(protocol.Hello{Type: protocol.TypeHello, UserID: c.user, Device: c.device, ConnectionID: c.id,
-		Limits: protocol.Limits{MaxBodyBytes: t.MaxBodyBytes, MaxInFlightSends: t.MaxInFlightSends,
+		Limits: protocol.Limits{MaxBodyBytes: t.MaxBodyBytes, MaxInFlightSends: min(t.MaxInFlightSends, c.credits),
 			SendsPerSecond: t.SendsPerSecond, PingIntervalMs: int(t.PingInterval / time.Millisecond),
 			MaxPending: t.MaxPending, FanoutPerSecond: t.FanoutPerSecond}})
 	rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
@@ -263,9 +270,12 @@ func (c *session) writer(ctx context.Context) {
 	// server's CPU at 10,000 msg/s), and Write given a context that can
 	// never end registers nothing.
 	wt := c.srv.cfg.WriteTimeout
-	var writing atomic.Int64 // when the write in progress began (UnixNano); 0: none
+	// Times are monotonic: offsets from base (plus one, so 0 means none),
+	// so a wall clock stepped back cannot hide a stuck write.
+	base := time.Now()
+	var writing atomic.Int64 // when the write in progress began: time.Since(base)+1; 0: none
 	watchdog := time.AfterFunc(time.Hour, func() {
-		if at := writing.Load(); at != 0 && time.Since(time.Unix(0, at)) >= wt {
+		if at := writing.Load(); at != 0 && time.Since(base)-time.Duration(at-1) >= wt {
 			c.ws.CloseNow()
 		}
 	})
@@ -273,7 +283,7 @@ func (c *session) writer(ctx context.Context) {
 	defer watchdog.Stop()
 	never := context.WithoutCancel(ctx)
 	write := func(f []byte) bool {
-		writing.Store(time.Now().UnixNano())
+		writing.Store(int64(time.Since(base)) + 1)
 		watchdog.Reset(wt)
 		err := c.ws.Write(never, websocket.MessageText, f)
 		writing.Store(0)
@@ -498,7 +508,7 @@ func (c *session) handleRefresh(r *protocol.Refresh) {
 }
 
 func (c *session) handleSend(ctx context.Context, m *protocol.Send, t config.Tuning) {
-	credits, perSecond := t.MaxInFlightSends, t.SendsPerSecond
+	credits, perSecond := min(t.MaxInFlightSends, c.credits), t.SendsPerSecond
 	if int(c.inflight.Load()) >= credits {
 		c.sendError(m.CorrelationID, protocol.CodeCreditExhausted, "too many sends awaiting an answer (maxInFlightSends)")
 		return

@@ -126,9 +126,9 @@ type session struct {
 	// lowers it at once and raises it up to this bound; new connections
 	// get the new value.
 	credits int
-	limiter  *rate.Limiter
-	fanout   *rate.Limiter // the user's outbox rows per second, shared by its connections (fanout.go)
-	bad      int
+	limiter *rate.Limiter
+	fanout  *rate.Limiter // the user's outbox rows per second, shared by its connections (fanout.go)
+	bad     int
 
 	// The token's expiry (PROTOCOL.md §1): zero for a token without exp;
 	// expiry closes the connection with 4005 when it passes. refresh moves

@@ -30,24 +30,17 @@ type outQueue struct {
 	room    chan struct{}
 }
 
-// newOutQueue makes a queue of capacity frames, capacity >= 2*answerReserve
-// (Config.validate checks it), whose message frames leave answerReserve
-// slots free.
-func newOutQueue(capacity int) *outQueue {
-	return newOutQueueFor(capacity, 0)
-}
-
-// newOutQueueFor makes the queue of a session allowed credits sends in
-// flight: message frames fill it to capacity - answerReserve as before,
-// and it has credits more slots, so the answers of every send in flight
-// fit beside a full share of messages and the control reserve however many
-// a group commit answers at once (with 512 credits and a fixed reserve of
-// 64, a burst of 300 sends overflowed it and closed the reading client
-// with 1008); answerReserve stays for control frames.
-func newOutQueueFor(capacity, credits int) *outQueue {
-	extra := max(0, credits)
+// newOutQueue makes the queue of a session allowed credits sends in
+// flight. capacity >= 2*answerReserve (Config.validate checks it): message
+// frames fill it to capacity - answerReserve, and it has credits more
+// slots, so the answers of every send in flight fit beside a full share of
+// messages and the control reserve however many a group commit answers at
+// once (with 512 credits and a fixed reserve of 64, a burst of 300 sends
+// overflowed it and closed the reading client with 1008); answerReserve
+// stays for control frames.
+func newOutQueue(capacity, credits int) *outQueue {
 	return &outQueue{
-		frames: make(chan []byte, capacity+extra),
+		frames: make(chan []byte, capacity+max(0, credits)),
 		limit:  capacity - answerReserve,
 		room:   make(chan struct{}, 1),
 	}

@@ -10,7 +10,7 @@ import (
 // reader's wait for room ends when the writer takes a frame (a signal, not
 // a poll), when the session closes, or at its deadline.
 func TestOutQueue(t *testing.T) {
-	q := newOutQueue(2 * answerReserve)
+	q := newOutQueue(2*answerReserve, 0)
 	for i := 0; i < answerReserve; i++ {
 		if !q.pushMessage([]byte("m")) {
 			t.Fatalf("message %d refused below the limit", i)

@@ -143,7 +143,7 @@ func newSession(s *Server, c *websocket.Conn, user, device string) *session {
 	wctx, wdone := context.WithCancel(context.Background())
 	return &session{
 		srv: s, ws: c, id: ulid.Make().String(), user: user, device: device,
-		out:        newOutQueueFor(s.cfg.OutboundQueue, min(t.MaxInFlightSends, maxSessionCredits)),
+		out:        newOutQueue(s.cfg.OutboundQueue, min(t.MaxInFlightSends, maxSessionCredits)),
 		credits:    min(t.MaxInFlightSends, maxSessionCredits),
 		closing:    make(chan struct{}),
 		writerGone: make(chan struct{}),

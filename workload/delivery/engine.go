@@ -104,6 +104,7 @@ type Stats struct {
 	SafeLine        map[int32]int64  `json:"safeLine"`        // last safe-delete line per partition
 	EnqueueFailures int64            `json:"enqueueFailures"` // frames not queued: a connection's queue was full
 	Deferred        int64            `json:"deferred"`        // sends left in the outbox because the push window was full
+	ScanSkipped     int64            `json:"scanSkipped"`     // outbox rows the poller passed without reading: the fast path delivered them all (cover.go)
 	OwnersReaped    int64            `json:"ownersReaped"`    // dead processes whose index state this one reaped
 }
 
@@ -126,6 +127,7 @@ type Engine struct {
 	partitions []int32
 	scanPos    map[int32]*atomic.Int64
 	gc         *collector // the waterline GC (gc.go)
+	cover      *coverage  // commits the fast path delivered whole (cover.go)
 
 	// fastQ has one queue per worker; a connection's items always go to
 	// the same worker, so each connection sees commit order.
@@ -185,6 +187,7 @@ func New(log outbox.Log, idx waterline.Index, tuning func() config.Tuning, cfg C
 		cfg: cfg, tuning: tuning, outbox: log, idx: idx, logger: logger, now: time.Now,
 		reg:      newRegistry(),
 		scanPos:  map[int32]*atomic.Int64{},
+		cover:    newCoverage(),
 		fastQ:    makeQueues(cfg.Concurrency, cfg.FastQueue),
 		pollWake: make(chan struct{}, 1),
 		wakeOut:  make(chan struct{}, 1),
@@ -511,6 +514,7 @@ func (e *Engine) Stats() Stats {
 	s.Acks = e.acks.Load()
 	s.EnqueueFailures = e.enqF.Load()
 	s.Deferred = e.deferred.Load()
+	s.ScanSkipped = e.cover.skipped.Load()
 	s.Behind = e.reg.laggingCount()
 	return s
 }

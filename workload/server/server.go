@@ -254,15 +254,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	secret, err := auth.LoadSecret(cfg.JWTSecret, cfg.DataDir)
-	if err != nil {
-		return nil, err
-	}
-	signer, err := auth.NewSigner(secret)
-	if err != nil {
-		return nil, err
-	}
-	s := &Server{cfg: cfg, log: log, signer: signer, perUser: map[string]int{}}
+	s := &Server{cfg: cfg, log: log, perUser: map[string]int{}}
 	t := cfg.Tuning
 	s.tuning.Store(&t)
 	if cfg.TuningDir != "" {
@@ -290,6 +282,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	dcfg := cfg.Delivery
 	dcfg.OnDelivered = s.metrics.Delivered
 	dcfg.OnExcluded = s.chats.forget
+	var err error
 	if s.nudger, err = s.newNudger(); err != nil {
 		s.closer()
 		return nil, err
@@ -382,6 +375,16 @@ func (s *Server) openStores(ctx context.Context) error {
 		return fmt.Errorf("server: --store %q: supported: sqlite (default, in --data), sqlite:///path.db, postgres://user@host:5432/db", config.RedactURL(store))
 	}
 	s.outboxKind = s.storeKind
+	// The secret is read (or created) only now that the embedded default's
+	// data directory is locked (issue 24, point 6).
+	secret, err := auth.LoadSecret(s.cfg.JWTSecret, s.cfg.DataDir)
+	if err == nil {
+		s.signer, err = auth.NewSigner(secret)
+	}
+	if err != nil {
+		s.closer()
+		return err
+	}
 	if kafkaMode {
 		klog, err := kafka.Open(ctx, kcfg)
 		if err != nil {

@@ -64,7 +64,7 @@ func TestLoadSecretConcurrentCreatorsAgree(t *testing.T) {
 				t.Fatalf("round %d: creators disagree: %q vs %q", round, got[i], got[0])
 			}
 		}
-		file, err := auth.LoadSecret("", dir)
+		file, err := auth.ReadSecret("", dir)
 		if err != nil || !bytes.Equal(file, got[0]) {
 			t.Fatalf("round %d: the file holds %q (%v), the creators use %q", round, file, err, got[0])
 		}
@@ -103,7 +103,7 @@ func TestLoadSecretReplacesAnEmptyFile(t *testing.T) {
 // naming the file and TETRA_JWT_SECRET, and leaves the directory alone.
 func TestReadSecretDoesNotCreate(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "data")
-	_, err := auth.LoadSecret("", dir)
+	_, err := auth.ReadSecret("", dir)
 	if !errors.Is(err, auth.ErrNoSecret) {
 		t.Fatalf("err = %v, want ErrNoSecret", err)
 	}

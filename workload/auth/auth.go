@@ -1,7 +1,9 @@
 package auth
 
 import (
+	"crypto/hmac"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -173,6 +175,21 @@ const ScopeAdmin = "admin"
 type Claims struct {
 	jwt.RegisteredClaims
 	Scope string `json:"scope,omitempty"`
+}
+
+// fingerprintLabel is the fixed message Fingerprint authenticates.
+const fingerprintLabel = "tetra fleet identity: token secret fingerprint v1"
+
+// Fingerprint names the secret without revealing it: "hmac-sha256:" and the
+// first 8 bytes, in hex, of HMAC-SHA256 keyed with the secret over a fixed
+// label. Equal fingerprints mean (but for a 2^-64 chance) equal secrets; a
+// fingerprint tells no more of the secret than any token signed with it
+// (both are HMACs under it). The server records it as part of its fleet's
+// identity (issue 24, point 1).
+func (s *Signer) Fingerprint() string {
+	m := hmac.New(sha256.New, s.secret)
+	m.Write([]byte(fingerprintLabel))
+	return "hmac-sha256:" + hex.EncodeToString(m.Sum(nil)[:8])
 }
 
 // Issue mints a user token for user. ttl <= 0 mints a token without exp.

@@ -224,3 +224,18 @@ type Read struct {
 	Device string
 	At     time.Time
 }
+
+// FleetRecorder is implemented by the stores (SQLite and PostgreSQL) to
+// keep the identity of the fleet of processes using the database: one value
+// in the store's meta table (tetra_meta, key "fleet"), opaque to the store.
+// The server writes it at start and reads it to name what differs when it
+// refuses a process that disagrees with the running fleet (issue 24,
+// point 1; see server.fleetIdentity).
+type FleetRecorder interface {
+	// Fleet returns the recorded identity; "" when none was recorded.
+	// Errors wrap ErrUnavailable.
+	Fleet(ctx context.Context) (string, error)
+	// SetFleet records identity, replacing any earlier one. Errors wrap
+	// ErrUnavailable.
+	SetFleet(ctx context.Context, identity string) error
+}

@@ -427,8 +427,9 @@ func (s *Server) openStores(ctx context.Context) error {
 		closeStore()
 		return fmt.Errorf("server: --index %q: supported: memory (default), redis://host:6379/0, rediss://..., sentinel (with --index-sentinel-addrs and --index-sentinel-master)", config.RedactURL(idx))
 	}
+	fleet := s.fleetIdentity()
 	if db, ok := s.store.(*postgres.DB); ok {
-		if err := s.lockInstance(ctx, db); err != nil {
+		if err := s.lockInstance(ctx, db, fleet); err != nil {
 			s.closer()
 			return err
 		}
@@ -436,6 +437,12 @@ func (s *Server) openStores(ctx context.Context) error {
 			s.closer()
 			return err
 		}
+	}
+	// Recorded once no running process disagrees (lockInstance), for the
+	// next process's refusal to name what differs (issue 24, point 1).
+	if err := s.recordFleet(ctx, fleet); err != nil {
+		s.closer()
+		return err
 	}
 	if s.cfg.WrapStore != nil {
 		s.store = s.cfg.WrapStore(s.store)
@@ -447,15 +454,24 @@ func (s *Server) openStores(ctx context.Context) error {
 // on the same PostgreSQL database (its GC would delete rows the other's
 // clients have not acknowledged, and theirs its own), and refuses a shared
 // index next to an in-process one; processes on a shared (Redis) index may
-// be many. The lock is released when the store closes.
-func (s *Server) lockInstance(ctx context.Context, db *postgres.DB) error {
+// be many, as long as they are one fleet: the same Redis deployment, key
+// prefix and token secret (fleetIdentity; a process of another identity
+// than a running one's is refused). The lock is released when the store
+// closes.
+func (s *Server) lockInstance(ctx context.Context, db *postgres.DB, fleet fleetIdentity) error {
 	exclusive := s.indexKind == "memory"
 	prefix := s.cfg.IndexPrefix
 	if prefix == "" {
 		prefix = redisidx.DefaultPrefix
 	}
-	release, err := db.LockInstance(ctx, exclusive, prefix)
+	release, err := db.LockInstance(ctx, exclusive, prefix, fleet.lockName())
 	switch {
+	case errors.Is(err, postgres.ErrOtherFleet):
+		recorded, rerr := db.Fleet(ctx)
+		if rerr != nil {
+			recorded = ""
+		}
+		return s.otherFleetError(fleet, recorded)
 	case errors.Is(err, postgres.ErrOtherNamespace):
 		return fmt.Errorf("server: another tetra process uses the PostgreSQL database at %s with a different --index-prefix; every process on one database must share one Redis and one --index-prefix (%q here), or their GCs delete rows each other's clients have not acknowledged", config.RedactURL(s.cfg.Store), prefix)
 	case errors.Is(err, postgres.ErrInstanceLocked) && exclusive:

@@ -25,8 +25,9 @@ import (
 // Compile-time checks: one *DB serves as both the history store and the
 // outbox log of the postgres mode.
 var (
-	_ history.Store = (*DB)(nil)
-	_ outbox.Log    = (*DB)(nil)
+	_ history.Store         = (*DB)(nil)
+	_ history.FleetRecorder = (*DB)(nil)
+	_ outbox.Log            = (*DB)(nil)
 )
 
 // AppendLockKey is the key of the transaction-level advisory lock that

@@ -22,8 +22,9 @@ import (
 // Compile-time checks: one *DB serves as both the history store and the
 // outbox log of the embedded mode.
 var (
-	_ history.Store = (*DB)(nil)
-	_ outbox.Log    = (*DB)(nil)
+	_ history.Store         = (*DB)(nil)
+	_ history.FleetRecorder = (*DB)(nil)
+	_ outbox.Log            = (*DB)(nil)
 )
 
 // DB is the SQLite store: chats, members, history, read receipts and the

@@ -242,6 +242,10 @@ type Server struct {
 	tuningUnknown string // the unknown tuning file names last warned about (tuning.go)
 
 	commits commitHealth // recent group-commit outcomes, for /readyz
+	// prober is the unwrapped store's write probe (nil if it has none),
+	// used by /readyz while commits fail (readiness.go).
+	prober history.WriteProber
+	health liveHealth // the index's last check (degraded.go)
 }
 
 // New opens the stores named by cfg, primes the waterline index and builds
@@ -444,6 +448,7 @@ func (s *Server) openStores(ctx context.Context) error {
 		s.closer()
 		return err
 	}
+	s.prober, _ = s.store.(history.WriteProber)
 	if s.cfg.WrapStore != nil {
 		s.store = s.cfg.WrapStore(s.store)
 	}
@@ -581,8 +586,9 @@ func (s *Server) Start(ctx context.Context) error {
 	}
 	bgctx, cancel := context.WithCancel(context.Background())
 	s.bgCancel = cancel
-	s.bg.Add(2)
+	s.bg.Add(3)
 	go s.retentionLoop(bgctx)
+	go s.healthLoop(bgctx)
 	s.series = &seriesRing{}
 	go s.sampleLoop(bgctx, s.series)
 	if s.cfg.TuningDir != "" {

@@ -210,3 +210,11 @@ func (db *DB) SetFleet(ctx context.Context, identity string) error {
 	}
 	return nil
 }
+
+// ProbeWrite implements history.WriteProber.
+func (db *DB) ProbeWrite(ctx context.Context) error {
+	if _, err := db.pool.Exec(ctx, `UPDATE tetra_meta SET value = value WHERE key = 'outbox_id'`); err != nil {
+		return unavailable("write probe", err)
+	}
+	return nil
+}

@@ -165,6 +165,12 @@ type testHooks struct {
 	// beforeSafeLine runs in every GC pass after the priming check and the
 	// outbox statistics, before the safe line is read.
 	beforeSafeLine func()
+	// afterReset runs in every rebuild right after the index was reset
+	// (its primed flag cleared), with the rebuild's lock held.
+	afterReset func(reason string)
+	// beforePrimingRebuild runs in the GC's priming check once it read an
+	// unprimed (or changed) index, before it takes the rebuild's lock.
+	beforePrimingRebuild func()
 }
 
 // New builds an engine over log and idx. tuning returns the current live

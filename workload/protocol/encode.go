@@ -144,7 +144,7 @@ func appendString(dst []byte, s string) []byte {
 			case '\\', '"':
 				dst = append(dst, '\\', b)
 			case '\b':
-				dst = append(dst, `\\u0008`...)
+				dst = append(dst, '\\', 'b')
 			case '\f':
 				dst = append(dst, '\\', 'f')
 			case '\n':

@@ -56,6 +56,7 @@ func Run(t *testing.T, newStore func(t *testing.T) history.Store) {
 		{"SaveReadsKeepsLatest", testSaveReadsKeepsLatest},
 		{"Ping", testPing},
 	}
+	tests = append(tests, chatAPITests...) // chatapi.go
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

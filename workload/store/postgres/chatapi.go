@@ -28,13 +28,19 @@ var _ history.ChatAPI = (*DB)(nil)
 const visibleSQL = `($3 OR h.id > $4 OR EXISTS (SELECT 1 FROM member_spans AS s
 	WHERE s.chat_id = $1 AND s.user_id = $5 AND s.from_seq < h.id AND s.to_seq >= h.id))`
 
-// Page reads, ranges of history_unread (chat_id, id): $2 is the lower
-// bound (exclusive), $6 the limit, $7 the upper bound (exclusive).
+// beforeSQL is a backward page with its cursor $8 resolved within the
+// chat (to $7, the end, when it does not resolve); sinceSQL a forward page
+// after the cursor $7 (the beginning when it does not resolve).
+// TestPagePlans checks that both range over history_unread: ordering by
+// (chat_id, id), the index's order, keeps the planner from walking
+// history's primary key backwards and filtering by chat.
 const (
-	forwardSQL = `SELECT h.id, h.message_id, h.sender_id, h.sender_device, h.correlation_id, h.body, h.sent_at
-	FROM history AS h WHERE h.chat_id = $1 AND h.id > $2 AND ` + visibleSQL + ` ORDER BY h.id LIMIT $6`
-	backwardSQL = `SELECT h.id, h.message_id, h.sender_id, h.sender_device, h.correlation_id, h.body, h.sent_at
-	FROM history AS h WHERE h.chat_id = $1 AND h.id > $2 AND h.id < $7 AND ` + visibleSQL + ` ORDER BY h.id DESC LIMIT $6`
+	beforeSQL = `WITH b AS (SELECT coalesce((SELECT id FROM history WHERE message_id = $8 AND chat_id = $1), $7) AS id)
+	SELECT h.id, h.message_id, h.sender_id, h.sender_device, h.correlation_id, h.body, h.sent_at
+	FROM b, history AS h WHERE h.chat_id = $1 AND h.id > $2 AND h.id < b.id AND ` + visibleSQL + ` ORDER BY h.chat_id DESC, h.id DESC LIMIT $6`
+	sinceSQL = `WITH a AS (SELECT greatest($2, coalesce((SELECT id FROM history WHERE message_id = $7 AND chat_id = $1), 0)) AS id)
+	SELECT h.id, h.message_id, h.sender_id, h.sender_device, h.correlation_id, h.body, h.sent_at
+	FROM a, history AS h WHERE h.chat_id = $1 AND h.id > a.id AND ` + visibleSQL + ` ORDER BY h.chat_id, h.id LIMIT $6`
 )
 
 // membership is what the reading member's row says about one chat.
@@ -53,7 +59,7 @@ type membership struct {
 const membershipSQL = `SELECT c.id, c.kind, c.title, c.created_by, c.created_at, c.history, m.joined_at, m.joined_seq,
 	coalesce((SELECT r.seq FROM reads AS r WHERE r.chat_id = c.id AND r.user_id = m.user_id), 0),
 	coalesce((SELECT h.sent_at FROM history AS h WHERE h.chat_id = c.id
-		AND h.id > (CASE WHEN c.history = 'member' THEN m.joined_seq ELSE 0 END) ORDER BY h.id DESC LIMIT 1), 0),
+		AND h.id > (CASE WHEN c.history = 'member' THEN m.joined_seq ELSE 0 END) ORDER BY h.chat_id DESC, h.id DESC LIMIT 1), 0),
 	CASE WHEN c.history = 'member' THEN array(SELECT s.from_seq FROM member_spans AS s
 		WHERE s.chat_id = c.id AND s.user_id = m.user_id ORDER BY s.from_seq) ELSE '{}' END,
 	CASE WHEN c.history = 'member' THEN array(SELECT s.to_seq FROM member_spans AS s
@@ -61,10 +67,20 @@ const membershipSQL = `SELECT c.id, c.kind, c.title, c.created_by, c.created_at,
 	FROM members AS m JOIN chats AS c ON c.id = m.chat_id
 	WHERE m.user_id = $1 AND ($2 = '' OR m.chat_id = $2) AND NOT c.closed`
 
-// readTx begins a read-only transaction on one snapshot.
+// readTx begins a read-only transaction on one snapshot, with bitmap scans
+// off for it. A page must walk history_unread in order and stop at its
+// limit; under a generic plan (pgx prepares every statement, and
+// PostgreSQL may switch a prepared statement to a generic plan after five
+// runs) the planner guesses a chat's range holds a few rows and prefers a
+// bitmap scan of the whole range and a sort, which for the newest page of
+// a long chat reads every message of it (TestPagePlans caught it).
 func (db *DB) readTx(ctx context.Context) (pgx.Tx, error) {
-	return db.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	return db.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly,
+		BeginQuery: readTxBegin})
 }
+
+// readTxBegin opens readTx's transaction in one round trip.
+const readTxBegin = `BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET LOCAL enable_bitmapscan = off`
 
 // memberships reads the rows of membershipSQL.
 func memberships(ctx context.Context, q pgx.Tx, user, chatID string) ([]membership, error) {
@@ -123,7 +139,7 @@ func member(ctx context.Context, tx pgx.Tx, chatID, user string) (membership, er
 	return membership{}, fmt.Errorf("%w: %q in chat %q", history.ErrNotMember, user, chatID)
 }
 
-// scanMessages collects the rows of forwardSQL or backwardSQL.
+// scanMessages collects the rows of beforeSQL or sinceSQL.
 func scanMessages(rows pgx.Rows, chatID string) ([]history.Message, error) {
 	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (history.Message, error) {
 		m := history.Message{ChatID: chatID}
@@ -165,15 +181,9 @@ func (db *DB) Messages(ctx context.Context, q history.PageQuery) ([]history.Mess
 	floor := m.vis.Floor()
 	var rows pgx.Rows
 	if backward {
-		rows, err = tx.Query(ctx, `WITH b AS (SELECT coalesce((SELECT id FROM history WHERE message_id = $8 AND chat_id = $1), $7) AS id)
-			SELECT h.id, h.message_id, h.sender_id, h.sender_device, h.correlation_id, h.body, h.sent_at
-			FROM b, history AS h WHERE h.chat_id = $1 AND h.id > $2 AND h.id < b.id AND `+visibleSQL+` ORDER BY h.id DESC LIMIT $6`,
-			m.chat.ID, floor, m.vis.Shared, m.vis.Joined, q.User, int64(q.Limit)+1, int64(math.MaxInt64), cursor)
+		rows, err = tx.Query(ctx, beforeSQL, m.chat.ID, floor, m.vis.Shared, m.vis.Joined, q.User, int64(q.Limit)+1, int64(math.MaxInt64), cursor)
 	} else {
-		rows, err = tx.Query(ctx, `WITH a AS (SELECT greatest($2, coalesce((SELECT id FROM history WHERE message_id = $7 AND chat_id = $1), 0)) AS id)
-			SELECT h.id, h.message_id, h.sender_id, h.sender_device, h.correlation_id, h.body, h.sent_at
-			FROM a, history AS h WHERE h.chat_id = $1 AND h.id > a.id AND `+visibleSQL+` ORDER BY h.id LIMIT $6`,
-			m.chat.ID, floor, m.vis.Shared, m.vis.Joined, q.User, int64(q.Limit)+1, cursor)
+		rows, err = tx.Query(ctx, sinceSQL, m.chat.ID, floor, m.vis.Shared, m.vis.Joined, q.User, int64(q.Limit)+1, cursor)
 	}
 	if err != nil {
 		return nil, false, unavailable("page", err)
@@ -265,13 +275,14 @@ func (db *DB) ChatList(ctx context.Context, user, cursor string, limit int) ([]h
 // $7 and the last visible message: one bounded range of history_unread
 // each, in one statement.
 const fillSQL = `SELECT p.chat_id, u.n, l.id, l.message_id, l.sender_id, l.sender_device, l.correlation_id, l.body, l.sent_at
-	FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bool[], $5::bigint[]) AS p(chat_id, mark, floor, shared, joined)
+	FROM (SELECT x.chat_id COLLATE "C" AS chat_id, x.mark, x.floor, x.shared, x.joined
+		FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bool[], $5::bigint[]) AS x(chat_id, mark, floor, shared, joined)) AS p
 	CROSS JOIN LATERAL (SELECT count(*) AS n FROM (SELECT 1 FROM history AS h
 		WHERE h.chat_id = p.chat_id AND h.id > p.mark AND h.sender_id <> $6 AND ` + fillVisibleSQL + `
-		ORDER BY h.id LIMIT $7) AS x) AS u
+		ORDER BY h.chat_id, h.id LIMIT $7) AS x) AS u
 	LEFT JOIN LATERAL (SELECT h.id, h.message_id, h.sender_id, h.sender_device, h.correlation_id, h.body, h.sent_at
 		FROM history AS h WHERE h.chat_id = p.chat_id AND h.id > p.floor AND ` + fillVisibleSQL + `
-		ORDER BY h.id DESC LIMIT 1) AS l ON true`
+		ORDER BY h.chat_id DESC, h.id DESC LIMIT 1) AS l ON true`
 
 // fillVisibleSQL is visibleSQL on the columns of fillSQL's p.
 const fillVisibleSQL = `(p.shared OR h.id > p.joined OR EXISTS (SELECT 1 FROM member_spans AS s
@@ -500,7 +511,7 @@ func (db *DB) RemoveAdmin(ctx context.Context, chatID, by, user string) (history
 		}
 		b := &pgx.Batch{}
 		b.Queue(`UPDATE members SET admin_at = 0 WHERE chat_id = $1 AND user_id = $2`, chatID, user)
-		b.Queue(keepAdminSQL, chatID, nanos(time.Now()))
+		b.Queue(keepAdminSQL, chatID, nanos(time.Now()), user)
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return false, unavailable("remove admin", err)
 		}
@@ -509,8 +520,9 @@ func (db *DB) RemoveAdmin(ctx context.Context, chatID, by, user string) (history
 }
 
 // keepAdminSQL makes the member of chat $1 who joined earliest (then by
-// id) an admin since $2 when the group has none left (PROTOCOL.md §7.5).
+// id; the member $3 stepping down last) an admin since $2 when the group has
+// none left (PROTOCOL.md §7.5).
 const keepAdminSQL = `UPDATE members SET admin_at = $2 WHERE chat_id = $1
 	AND NOT EXISTS (SELECT 1 FROM members AS o WHERE o.chat_id = $1 AND o.admin_at > 0)
-	AND user_id = (SELECT o.user_id FROM members AS o WHERE o.chat_id = $1 ORDER BY o.joined_at, o.user_id LIMIT 1)
+	AND user_id = (SELECT o.user_id FROM members AS o WHERE o.chat_id = $1 ORDER BY o.user_id = $3, o.joined_at, o.user_id LIMIT 1)
 	AND EXISTS (SELECT 1 FROM chats AS c WHERE c.id = $1 AND c.kind = 'group')`

@@ -419,7 +419,7 @@ func (db *DB) RemoveMember(ctx context.Context, chatID, by, user string) (histor
 	b.Queue(`DELETE FROM members WHERE chat_id = $1 AND user_id = $2`, chatID, user)
 	// A group never loses its last admin; the last member leaving closes
 	// it (PROTOCOL.md §7.5).
-	b.Queue(keepAdminSQL, chatID, nanos(time.Now()))
+	b.Queue(keepAdminSQL, chatID, nanos(time.Now()), "")
 	if len(c.Members) == 1 {
 		b.Queue(`UPDATE chats SET closed = true WHERE id = $1`, chatID)
 	}

@@ -483,7 +483,7 @@ func (db *DB) RemoveAdmin(ctx context.Context, chatID, by, user string) (history
 		if _, err := tx.ExecContext(ctx, `UPDATE members SET admin_at = 0 WHERE chat_id = ? AND user_id = ?`, chatID, user); err != nil {
 			return false, unavailable("remove admin", err)
 		}
-		if _, err := tx.ExecContext(ctx, keepAdminSQL, chatID, nanos(time.Now())); err != nil {
+		if _, err := tx.ExecContext(ctx, keepAdminSQL, chatID, nanos(time.Now()), user); err != nil {
 			return false, unavailable("remove admin", err)
 		}
 		return true, nil
@@ -491,10 +491,11 @@ func (db *DB) RemoveAdmin(ctx context.Context, chatID, by, user string) (history
 }
 
 // keepAdminSQL makes the member of chat ?1 who joined earliest (then by
-// id) an admin since ?2 when the group has none left (PROTOCOL.md §7.5).
+// id; the member ?3 stepping down last) an admin since ?2 when the group has
+// none left (PROTOCOL.md §7.5).
 const keepAdminSQL = `UPDATE members SET admin_at = ?2 WHERE chat_id = ?1
 	AND NOT EXISTS (SELECT 1 FROM members AS o WHERE o.chat_id = ?1 AND o.admin_at > 0)
-	AND user_id = (SELECT o.user_id FROM members AS o WHERE o.chat_id = ?1 ORDER BY o.joined_at, o.user_id LIMIT 1)
+	AND user_id = (SELECT o.user_id FROM members AS o WHERE o.chat_id = ?1 ORDER BY o.user_id = ?3, o.joined_at, o.user_id LIMIT 1)
 	AND EXISTS (SELECT 1 FROM chats AS c WHERE c.id = ?1 AND c.kind = 'group')`
 
 // loadChatOrClosed reads c again after a removal in tx: a group the

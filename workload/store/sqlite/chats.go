@@ -470,7 +470,7 @@ func (db *DB) RemoveMember(ctx context.Context, chatID, by, user string) (histor
 	}
 	// A group never loses its last admin; the last member leaving closes
 	// it (PROTOCOL.md §7.5).
-	if _, err := tx.ExecContext(ctx, keepAdminSQL, chatID, nanos(time.Now())); err != nil {
+	if _, err := tx.ExecContext(ctx, keepAdminSQL, chatID, nanos(time.Now()), ""); err != nil {
 		return history.Chat{}, 0, unavailable("remove member", err)
 	}
 	if len(c.Members) == 1 {

@@ -3,11 +3,11 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/tetra-messenger/tetra/workload/history"
@@ -299,25 +299,28 @@ func (db *DB) ChatList(ctx context.Context, user, cursor string, limit int) ([]h
 }
 
 // fill completes the chats of ms as user sees them: members, admins and
-// read markers (one query for all), the unread count and the last message
-// (one query each per chat, prepared once).
+// read markers in one query, unread counts and last messages in another.
 func fill(ctx context.Context, tx *sql.Tx, ms []membership, user string) ([]history.Chat, error) {
 	chats := make([]history.Chat, len(ms))
 	if len(ms) == 0 {
 		return chats, nil
 	}
 	index := make(map[string]int, len(ms))
-	args := make([]any, len(ms))
+	ids := make([]string, len(ms))
 	for i, m := range ms {
 		chats[i] = m.chat
 		chats[i].LastRead = map[string]string{}
 		chats[i].LastActivity = m.activity()
 		index[m.chat.ID] = i
-		args[i] = m.chat.ID
+		ids[i] = m.chat.ID
+	}
+	idsJSON, err := json.Marshal(ids)
+	if err != nil {
+		return nil, unavailable("chat members", err)
 	}
 	rows, err := tx.QueryContext(ctx, `SELECT m.chat_id, m.user_id, m.admin_at, r.message_id
 		FROM members AS m LEFT JOIN reads AS r ON r.chat_id = m.chat_id AND r.user_id = m.user_id
-		WHERE m.chat_id IN (?`+strings.Repeat(",?", len(ms)-1)+`) ORDER BY m.chat_id, m.user_id`, args...)
+		WHERE m.chat_id IN (SELECT value FROM json_each(?)) ORDER BY m.chat_id, m.user_id`, string(idsJSON))
 	if err != nil {
 		return nil, unavailable("chat members", err)
 	}
@@ -342,38 +345,60 @@ func fill(ctx context.Context, tx *sql.Tx, ms []membership, user string) ([]hist
 	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
 		return nil, unavailable("chat members", err)
 	}
-	unread, err := tx.PrepareContext(ctx, unreadVisibleSQL)
-	if err != nil {
-		return nil, unavailable("unread", err)
-	}
-	defer unread.Close()
-	last, err := tx.PrepareContext(ctx, backwardSQL)
-	if err != nil {
-		return nil, unavailable("last message", err)
-	}
-	defer last.Close()
+	// The unread counts and last messages of all the chats in one
+	// statement: a bounded range of history_unread each.
+	// The chats go in as one JSON parameter: binding thousands of
+	// parameters costs more than the query (quadratic in the driver).
+	list := make([][5]any, len(ms))
 	for i, m := range ms {
+		list[i] = [5]any{m.chat.ID, max(m.mark, m.vis.Floor()), m.vis.Floor(), m.vis.Shared, m.vis.Joined}
+	}
+	pj, err := json.Marshal(list)
+	if err != nil {
+		return nil, unavailable("unread and last message", err)
+	}
+	rows, err = tx.QueryContext(ctx, `WITH p AS (SELECT j.value ->> 0 AS chat_id, j.value ->> 1 AS mark, j.value ->> 2 AS floor,
+			j.value ->> 3 AS shared, j.value ->> 4 AS joined FROM json_each(?3) AS j),
+		q AS MATERIALIZED (SELECT p.chat_id,
+			(SELECT count(*) FROM (SELECT 1 FROM history AS h
+				WHERE h.chat_id = p.chat_id AND h.id > p.mark AND h.sender_id <> ?1 AND `+fillVisibleSQL+`
+				ORDER BY h.id LIMIT ?2)) AS n,
+			(SELECT h.id FROM history AS h
+				WHERE h.chat_id = p.chat_id AND h.id > p.floor AND `+fillVisibleSQL+` ORDER BY h.id DESC LIMIT 1) AS last
+			FROM p)
+		SELECT q.chat_id, q.n, l.id, l.message_id, l.sender_id, l.sender_device, l.correlation_id, l.body, l.sent_at
+		FROM q LEFT JOIN history AS l ON l.id = q.last`, user, history.MaxUnread, string(pj))
+	if err != nil {
+		return nil, unavailable("unread and last message", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var chatID string
+		var n int
+		var seq, sentAt sql.NullInt64
+		var mid, sender, device, corr, body sql.NullString
+		if err := rows.Scan(&chatID, &n, &seq, &mid, &sender, &device, &corr, &body, &sentAt); err != nil {
+			return nil, unavailable("unread and last message", err)
+		}
+		i := index[chatID]
+		chats[i].Unread = n
+		if seq.Valid {
+			chats[i].LastMessage = &history.Message{Seq: seq.Int64, ID: mid.String, ChatID: chatID, SenderID: sender.String,
+				SenderDevice: device.String, CorrelationID: corr.String, Body: body.String, SentAt: fromNanos(sentAt.Int64)}
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, unavailable("unread and last message", err)
+	}
+	for i := range chats {
 		chats[i].Admins = adminOrder(admins[i])
-		floor := max(m.mark, m.vis.Floor())
-		if err := unread.QueryRowContext(ctx, m.chat.ID, floor, m.vis.Shared, m.vis.Joined, user, history.MaxUnread).
-			Scan(&chats[i].Unread); err != nil {
-			return nil, unavailable("unread", err)
-		}
-		msg := history.Message{ChatID: m.chat.ID}
-		var sentAt int64
-		err := last.QueryRowContext(ctx, m.chat.ID, m.vis.Floor(), m.vis.Shared, m.vis.Joined, user, 1, int64(math.MaxInt64)).
-			Scan(&msg.Seq, &msg.ID, &msg.SenderID, &msg.SenderDevice, &msg.CorrelationID, &msg.Body, &sentAt)
-		switch {
-		case errors.Is(err, sql.ErrNoRows):
-		case err != nil:
-			return nil, unavailable("last message", err)
-		default:
-			msg.SentAt = fromNanos(sentAt)
-			chats[i].LastMessage = &msg
-		}
 	}
 	return chats, nil
 }
+
+// fillVisibleSQL is visibleSQL on the columns of fill's p, for reader ?1.
+const fillVisibleSQL = `(p.shared OR h.id > p.joined OR EXISTS (SELECT 1 FROM member_spans AS s
+	WHERE s.chat_id = p.chat_id AND s.user_id = ?1 AND s.from_seq < h.id AND s.to_seq >= h.id))`
 
 // IsAdmin implements history.ChatAPI: one probe of the members key.
 func (db *DB) IsAdmin(ctx context.Context, chatID, user string) (bool, error) {

@@ -115,7 +115,7 @@ type Chat struct {
 	Kind    string   `json:"kind"` // "direct" or "group"
 	Title   string   `json:"title"`
 	Members []string `json:"members"`
-	// CreatedBy is the group's creator, who may remove other members; ""
+	// CreatedBy is the group's creator, its first admin (see Admins); ""
 	// for direct chats.
 	CreatedBy string `json:"createdBy"`
 	// LastRead maps each member who has read anything to the messageId of

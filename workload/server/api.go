@@ -290,11 +290,11 @@ func (s *Server) handleAddMember(w http.ResponseWriter, r *http.Request, user st
 }
 
 // handleRemoveMember is DELETE /api/chats/{chatId}/members/{userId}
-// (PROTOCOL.md §2): leave (userId is the caller) or removal by the group's
-// creator; group chats only. 200 with the chat after the change; 400
+// (PROTOCOL.md §2, §7.5): leave (userId is the caller) or removal by an
+// admin of the group; group chats only. 200 with the chat after the change; 400
 // invalid for bad ids or a direct chat, 403 forbidden for a non-member or
-// a member removing another member of a group it did not create, 404 for
-// an unknown chat. The removed user's connections stop receiving the
+// a member who is not an admin removing another member, 404 for an
+// unknown or closed chat. The last member leaving closes the group. The removed user's connections stop receiving the
 // chat's messages at once, on every process (delivery.Engine.Exclude); its
 // devices get a chat "removed" event, the remaining members' "updated".
 func (s *Server) handleRemoveMember(w http.ResponseWriter, r *http.Request, user string) {

@@ -10,6 +10,7 @@ import (
 	"github.com/tetra-messenger/tetra/workload/auth"
 	"github.com/tetra-messenger/tetra/workload/history"
 	"github.com/tetra-messenger/tetra/workload/protocol"
+	"github.com/tetra-messenger/tetra/workload/text"
 )
 
 // The chat calls of PROTOCOL.md §7.2 and §7.5: one chat, rename, admins.
@@ -115,6 +116,11 @@ func (s *Server) handleRename(w http.ResponseWriter, r *http.Request, user strin
 	}
 	if req.Title == nil {
 		writeError(w, protocol.CodeInvalid, "title is required")
+		return
+	}
+	if len(*req.Title) > 200 || !text.Valid(*req.Title) {
+		// The same bound as a group's creation (handleCreateChat).
+		writeError(w, protocol.CodeInvalid, "title must be at most 200 bytes of UTF-8 without U+0000")
 		return
 	}
 	s.adminChange(w, r, user, func(ctx context.Context) (history.Chat, error) {

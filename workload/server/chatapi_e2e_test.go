@@ -362,6 +362,10 @@ func TestE2EAdmins(t *testing.T) {
 		expectInvalid(t, "making a non-member an admin", status, raw)
 		status, raw = e.call("PATCH", path, tok("alice"), map[string]any{})
 		expectInvalid(t, "a rename without a title", status, raw)
+		status, raw = e.call("PATCH", path, tok("alice"), map[string]string{"title": strings.Repeat("t", 201)})
+		expectInvalid(t, "a rename to 201 bytes", status, raw)
+		status, raw = e.call("PATCH", "/api/chats/"+e.createDirect("alice", "bob").ChatID, tok("alice"), map[string]string{"title": "x"})
+		expectInvalid(t, "renaming a direct chat", status, raw)
 		bob.expectNone("an event for a refused change", isType("chat"), quiet)
 
 		// alice makes bob an admin: every member's devices get updated.

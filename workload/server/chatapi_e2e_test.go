@@ -364,7 +364,7 @@ func TestE2EAdmins(t *testing.T) {
 		expectInvalid(t, "a rename without a title", status, raw)
 		status, raw = e.call("PATCH", path, tok("alice"), map[string]string{"title": strings.Repeat("t", 201)})
 		expectInvalid(t, "a rename to 201 bytes", status, raw)
-		status, raw = e.call("PATCH", "/api/chats/"+e.createDirect("alice", "bob").ChatID, tok("alice"), map[string]string{"title": "x"})
+		status, raw = e.call("PATCH", "/api/chats/"+e.createDirect("alice", "eve").ChatID, tok("alice"), map[string]string{"title": "x"})
 		expectInvalid(t, "renaming a direct chat", status, raw)
 		bob.expectNone("an event for a refused change", isType("chat"), quiet)
 

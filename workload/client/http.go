@@ -371,12 +371,14 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, in, 
 func httpError(status int, body []byte) *Error {
 	var eb struct {
 		Error struct {
-			Code    string `json:"code"`
-			Message string `json:"message"`
+			Code         string `json:"code"`
+			Message      string `json:"message"`
+			RetryAfterMs int64  `json:"retryAfterMs"`
 		} `json:"error"`
 	}
 	if json.Unmarshal(body, &eb) == nil && eb.Error.Code != "" {
-		return &Error{Status: status, Code: eb.Error.Code, Message: eb.Error.Message}
+		return &Error{Status: status, Code: eb.Error.Code, Message: eb.Error.Message,
+			RetryAfter: time.Duration(eb.Error.RetryAfterMs) * time.Millisecond}
 	}
 	e := &Error{Status: status, Message: strings.TrimSpace(string(body))}
 	if len(e.Message) > 200 {

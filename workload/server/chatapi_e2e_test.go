@@ -540,4 +540,21 @@ func TestFleetAdminEvents(t *testing.T) {
 	if l := f0.list7("alice", ""); len(l.Chats) != 1 || l.Chats[0].LastMessage == nil || l.Chats[0].LastMessage.MessageID != m.MessageID {
 		t.Errorf("alice's list through f0: %+v", l)
 	}
+	// §7.6 across processes: bob, on f1, removed and added again through
+	// f0, never gets live the message committed while he was away.
+	carol := f1.dial("carol", dialOpts{})
+	if status, raw := f0.addMember("alice", g.ChatID, "carol"); status != http.StatusOK {
+		t.Fatalf("add carol: %d %s", status, raw)
+	}
+	if status, raw := f0.removeMember("alice", g.ChatID, "bob"); status != http.StatusOK {
+		t.Fatalf("remove bob through f0: %d %s", status, raw)
+	}
+	away := alice.sendOK(g.ChatID, "a-away", "while bob is away")
+	carol.ack(carol.next("the message of bob's absence to carol", messageID(away.MessageID)).MessageID)
+	if status, raw := f0.addMember("alice", g.ChatID, "bob"); status != http.StatusOK {
+		t.Fatalf("re-add bob through f0: %d %s", status, raw)
+	}
+	back := alice.sendOK(g.ChatID, "a-back", "welcome back")
+	bob.ack(bob.next("the message after his return, on f1", messageID(back.MessageID)).MessageID)
+	bob.expectNone("the message of his absence, pushed live on f1", messageID(away.MessageID), quiet)
 }

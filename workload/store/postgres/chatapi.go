@@ -61,9 +61,9 @@ const membershipSQL = `SELECT c.id, c.kind, c.title, c.created_by, c.created_at,
 	coalesce((SELECT h.sent_at FROM history AS h WHERE h.chat_id = c.id
 		AND h.id > (CASE WHEN c.history = 'member' THEN m.joined_seq ELSE 0 END) ORDER BY h.chat_id DESC, h.id DESC LIMIT 1), 0),
 	CASE WHEN c.history = 'member' THEN array(SELECT s.from_seq FROM member_spans AS s
-		WHERE s.chat_id = c.id AND s.user_id = m.user_id ORDER BY s.from_seq) ELSE '{}' END,
+		WHERE s.chat_id = c.id AND s.user_id = m.user_id ORDER BY s.from_seq) END,
 	CASE WHEN c.history = 'member' THEN array(SELECT s.to_seq FROM member_spans AS s
-		WHERE s.chat_id = c.id AND s.user_id = m.user_id ORDER BY s.from_seq) ELSE '{}' END
+		WHERE s.chat_id = c.id AND s.user_id = m.user_id ORDER BY s.from_seq) END
 	FROM members AS m JOIN chats AS c ON c.id = m.chat_id
 	WHERE m.user_id = $1 AND ($2 = '' OR m.chat_id = $2) AND NOT c.closed`
 

@@ -57,7 +57,7 @@ type membership struct {
 // empty) with what the list and the visibility need; the newest message is
 // one probe at the end of the chat's range of history_unread.
 const membershipSQL = `SELECT c.id, c.kind, c.title, c.created_by, c.created_at, c.history, m.joined_at, m.joined_seq,
-	coalesce((SELECT r.seq FROM reads AS r WHERE r.chat_id = c.id AND r.user_id = m.user_id), 0),
+	coalesce(r.seq, 0),
 	coalesce((SELECT h.sent_at FROM history AS h WHERE h.chat_id = c.id
 		AND h.id > (CASE WHEN c.history = 'member' THEN m.joined_seq ELSE 0 END) ORDER BY h.chat_id DESC, h.id DESC LIMIT 1), 0),
 	CASE WHEN c.history = 'member' THEN array(SELECT s.from_seq FROM member_spans AS s
@@ -65,6 +65,7 @@ const membershipSQL = `SELECT c.id, c.kind, c.title, c.created_by, c.created_at,
 	CASE WHEN c.history = 'member' THEN array(SELECT s.to_seq FROM member_spans AS s
 		WHERE s.chat_id = c.id AND s.user_id = m.user_id ORDER BY s.from_seq) END
 	FROM members AS m JOIN chats AS c ON c.id = m.chat_id
+	LEFT JOIN reads AS r ON r.chat_id = m.chat_id AND r.user_id = m.user_id
 	WHERE m.user_id = $1 AND ($2 = '' OR m.chat_id = $2) AND NOT c.closed`
 
 // readTx begins a read-only transaction on one snapshot, with bitmap scans

@@ -48,11 +48,13 @@ type Chat struct {
 	CreatedAt time.Time
 	// LastRead maps each current member who has read anything to the
 	// messageId of its read marker (PROTOCOL.md §3 read: forward-only by
-	// Seq). Filled by ChatsOf; nil elsewhere.
+	// Seq). Filled by ChatsOf, ChatFor and ChatList; nil elsewhere.
 	LastRead map[string]string
 	// Unread is, for the user ChatsOf was asked about, the number of
 	// messages after its own read marker sent by others, capped at
-	// MaxUnread. Filled by ChatsOf; 0 elsewhere.
+	// MaxUnread. Filled by ChatsOf (counting every message) and by ChatFor
+	// and ChatList (counting, in a "member" group, only the messages the
+	// user may read: PROTOCOL.md §7.6); 0 elsewhere.
 	Unread int
 
 	// PROTOCOL.md §7 (ChatAPI): filled by every read of a chat unless

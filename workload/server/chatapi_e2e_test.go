@@ -558,3 +558,27 @@ func TestFleetAdminEvents(t *testing.T) {
 	bob.ack(bob.next("the message after his return, on f1", messageID(back.MessageID)).MessageID)
 	bob.expectNone("the message of his absence, pushed live on f1", messageID(away.MessageID), quiet)
 }
+
+// TestE2EChatListDefaultLimit: without limit the list answers 100 chats
+// and a nextCursor; limit=500 is allowed and answers all (PROTOCOL.md
+// §7.2).
+func TestE2EChatListDefaultLimit(t *testing.T) {
+	t.Parallel()
+	coreBackends(t, func(t *testing.T, b backend) {
+		e := newEnv(t, b, nil)
+		for i := range 101 {
+			e.createGroup("alice", fmt.Sprint("g", i))
+		}
+		l := e.list7("alice", "")
+		if len(l.Chats) != 100 || l.NextCursor == nil {
+			t.Fatalf("default page: %d chats, nextCursor %v; want 100 and a cursor", len(l.Chats), l.NextCursor)
+		}
+		rest := e.list7("alice", "cursor="+url.QueryEscape(*l.NextCursor))
+		if len(rest.Chats) != 1 || rest.NextCursor != nil || slices.Contains(chat7IDs(l.Chats), rest.Chats[0].ChatID) {
+			t.Errorf("second page: %v next %v", chat7IDs(rest.Chats), rest.NextCursor)
+		}
+		if all := e.list7("alice", "limit=500"); len(all.Chats) != 101 || all.NextCursor != nil {
+			t.Errorf("limit=500: %d chats, next %v", len(all.Chats), all.NextCursor)
+		}
+	})
+}

@@ -3,6 +3,7 @@ package client
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Sentinel errors. Test for them with errors.Is.
@@ -43,6 +44,9 @@ type Error struct {
 	Message       string // the server's (or the local check's) explanation
 	CorrelationID string // the send's correlationId, when the error answers a send
 	Local         bool   // true when the client refused the call without asking the server
+	// RetryAfter is the server's retryAfterMs on a rate_limited error
+	// (PROTOCOL.md §7.7): resend no sooner. 0 when it gave none.
+	RetryAfter time.Duration
 }
 
 func (e *Error) Error() string {

@@ -34,6 +34,7 @@ type sendReply struct {
 	drop  bool            // close the connection (no close frame) instead of answering
 	store bool            // with drop: commit the message first, so only the answer is lost
 	hold  <-chan struct{} // answer only once this is closed
+	retry int64           // with code: the error's retryAfterMs
 }
 
 type fakeChat struct {
@@ -342,7 +343,7 @@ func (fs *fakeServer) handleSend(fc *fakeConn, s protocol.Send) bool {
 		// client may send again as soon as it reads it.
 		if rep.code != "" {
 			fc.outstanding.Add(-1)
-			fs.answer(fc, protocol.ErrorFrame{Type: protocol.TypeError, CorrelationID: s.CorrelationID, Code: rep.code, Message: "fake says " + rep.code})
+			fs.answer(fc, protocol.ErrorFrame{Type: protocol.TypeError, CorrelationID: s.CorrelationID, Code: rep.code, Message: "fake says " + rep.code, RetryAfterMs: rep.retry})
 			return
 		}
 		acc := fs.commit(fc, s, true)

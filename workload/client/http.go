@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/tetra-messenger/tetra/workload/protocol"
 )
@@ -26,8 +27,8 @@ type Chat struct {
 	Kind    string   `json:"kind"` // KindDirect or KindGroup
 	Title   string   `json:"title"`
 	Members []string `json:"members"`
-	// CreatedBy is the group's creator: the one member who may remove
-	// others (RemoveMember); "" for direct chats.
+	// CreatedBy is the group's creator, its first admin; "" for direct
+	// chats.
 	CreatedBy string `json:"createdBy"`
 	// LastRead maps each member who has read anything to the messageId of
 	// its read marker (forward-only; PROTOCOL.md §3 read). It survives
@@ -40,6 +41,18 @@ type Chat struct {
 	Unread int `json:"unread"`
 	// HasUnread reports whether the server sent Unread.
 	HasUnread bool `json:"-"`
+	// Admins are a group's admins, the creator first (PROTOCOL.md §7.5);
+	// nil for direct chats.
+	Admins []string `json:"admins"`
+	// History is a group's history setting, HistoryShared or HistoryMember
+	// (§7.6); "" for direct chats.
+	History string `json:"history"`
+	// LastMessage is the newest message the caller may see (nil when there
+	// is none) and LastActivity the latest of its SentAt, the caller's last
+	// add and the chat's creation (§7.2). Filled by Chats, ChatPage and
+	// GetChat; zero in a ChatEvent.
+	LastMessage  *protocol.Message `json:"lastMessage"`
+	LastActivity time.Time         `json:"lastActivity"`
 }
 
 // UnmarshalJSON decodes a chat and notes whether unread was present.
@@ -135,28 +148,150 @@ func (c *Client) Leave(ctx context.Context, chatID string) (Chat, error) {
 }
 
 // RemoveMember removes userID from the group chat chatID and returns the
-// chat after it (PROTOCOL.md §2): only the group's CreatedBy may remove
-// another member ("forbidden" otherwise); anyone may remove itself (see
-// Leave). Removing a user who is not a member changes nothing.
+// chat after it (PROTOCOL.md §2, §7.5): only an admin of the group may
+// remove another member ("forbidden" otherwise); anyone may remove itself
+// (see Leave). Removing a user who is not a member changes nothing.
 func (c *Client) RemoveMember(ctx context.Context, chatID, userID string) (Chat, error) {
 	var ch Chat
 	err := c.do(ctx, http.MethodDelete, "/api/chats/"+url.PathEscape(chatID)+"/members/"+url.PathEscape(userID), nil, nil, &ch)
 	return ch, err
 }
 
-// Chats returns the caller's chats (GET /api/chats). They are also
-// remembered for the history sync that follows every (re)connect.
+// Chats returns all the caller's chats, newest activity first (GET
+// /api/chats, following nextCursor in pages of 500; PROTOCOL.md §7.2).
+// They are also remembered for the history sync that follows every
+// (re)connect.
 func (c *Client) Chats(ctx context.Context) ([]Chat, error) {
-	var out struct {
-		Chats []Chat `json:"chats"`
+	var all []Chat
+	cursor := ""
+	for {
+		page, next, err := c.ChatPage(ctx, cursor, 500)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, page...)
+		if next == "" {
+			return all, nil
+		}
+		cursor = next
 	}
-	if err := c.do(ctx, http.MethodGet, "/api/chats", nil, nil, &out); err != nil {
-		return nil, err
+}
+
+// ChatPage returns one page of the caller's chats by lastActivity, newest
+// first, after cursor ("" for the first page), and the cursor of the next
+// page ("" when none follow); limit <= 0 leaves the server's default (100)
+// (PROTOCOL.md §7.2). Its chats are remembered for the history sync.
+func (c *Client) ChatPage(ctx context.Context, cursor string, limit int) ([]Chat, string, error) {
+	q := url.Values{}
+	if cursor != "" {
+		q.Set("cursor", cursor)
+	}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	var out struct {
+		Chats      []Chat `json:"chats"`
+		NextCursor string `json:"nextCursor"`
+	}
+	if err := c.do(ctx, http.MethodGet, "/api/chats", q, nil, &out); err != nil {
+		return nil, "", err
 	}
 	for _, ch := range out.Chats {
 		c.dd.know(ch.ChatID)
 	}
-	return out.Chats, nil
+	return out.Chats, out.NextCursor, nil
+}
+
+// GetChat returns one chat as the caller sees it in its list (GET
+// /api/chats/{chatId}, PROTOCOL.md §7.2); a chat the caller is not in is
+// an *Error with Code "forbidden" or "not_found".
+func (c *Client) GetChat(ctx context.Context, chatID string) (Chat, error) {
+	var ch Chat
+	err := c.do(ctx, http.MethodGet, "/api/chats/"+url.PathEscape(chatID), nil, nil, &ch)
+	return ch, err
+}
+
+// History settings of a group (PROTOCOL.md §7.6).
+const (
+	HistoryShared = "shared" // members read the whole retained history (the default)
+	HistoryMember = "member" // members read only what was sent while they were members
+)
+
+// GroupOptions describe a group to create (CreateGroupWith).
+type GroupOptions struct {
+	Title   string
+	Members []string
+	// History is HistoryShared (also when empty) or HistoryMember.
+	History string
+}
+
+// CreateGroupWith creates a group chat of the caller and o.Members with
+// o.History (PROTOCOL.md §7.6); the caller is its first admin.
+func (c *Client) CreateGroupWith(ctx context.Context, o GroupOptions) (Chat, error) {
+	var ch Chat
+	members := o.Members
+	if members == nil {
+		members = []string{}
+	}
+	in := map[string]any{"kind": KindGroup, "title": o.Title, "members": members}
+	if o.History != "" {
+		in["history"] = o.History
+	}
+	err := c.do(ctx, http.MethodPost, "/api/chats", nil, in, &ch)
+	if err == nil {
+		c.dd.know(ch.ChatID)
+	}
+	return ch, err
+}
+
+// Rename sets the title of the group chatID (PATCH /api/chats/{chatId},
+// PROTOCOL.md §7.5): admins only ("forbidden" otherwise). Every member's
+// devices get a ChatUpdated event.
+func (c *Client) Rename(ctx context.Context, chatID, title string) (Chat, error) {
+	var ch Chat
+	err := c.do(ctx, http.MethodPatch, "/api/chats/"+url.PathEscape(chatID), nil, map[string]string{"title": title}, &ch)
+	return ch, err
+}
+
+// AddAdmin makes the member userID an admin of the group chatID (POST
+// /api/chats/{chatId}/admins, PROTOCOL.md §7.5): admins only.
+func (c *Client) AddAdmin(ctx context.Context, chatID, userID string) (Chat, error) {
+	var ch Chat
+	err := c.do(ctx, http.MethodPost, "/api/chats/"+url.PathEscape(chatID)+"/admins", nil, map[string]string{"userId": userID}, &ch)
+	return ch, err
+}
+
+// RemoveAdmin is the admin userID stepping down (DELETE
+// /api/chats/{chatId}/admins/{userId}, PROTOCOL.md §7.5): userID must be
+// the caller ("forbidden" otherwise). A group never loses its last admin:
+// the member who joined earliest takes over.
+func (c *Client) RemoveAdmin(ctx context.Context, chatID, userID string) (Chat, error) {
+	var ch Chat
+	err := c.do(ctx, http.MethodDelete, "/api/chats/"+url.PathEscape(chatID)+"/admins/"+url.PathEscape(userID), nil, nil, &ch)
+	return ch, err
+}
+
+// HistoryBefore returns up to limit messages of chatID immediately before
+// the messageId before, oldest first (prepend them), and whether older
+// ones exist (PROTOCOL.md §7.1). An empty before (or one the server cannot
+// resolve) is the newest page: what a client shows when it opens a chat;
+// pass the first messageId of a page to load the one above it. limit <= 0
+// leaves the server's default (100). It is the raw API call: it neither
+// deduplicates nor moves the client's cursors.
+func (c *Client) HistoryBefore(ctx context.Context, chatID, before string, limit int) ([]protocol.Message, bool, error) {
+	if before == "" {
+		before = "end"
+	}
+	q := url.Values{"before": {before}}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	var out struct {
+		Messages []protocol.Message `json:"messages"`
+		HasMore  bool               `json:"hasMore"`
+	}
+	err := c.do(ctx, http.MethodGet, "/api/chats/"+url.PathEscape(chatID)+"/messages", q, nil, &out)
+	return out.Messages, out.HasMore, err
 }
 
 // History returns up to limit messages of chatID strictly after the
@@ -236,12 +371,14 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, in, 
 func httpError(status int, body []byte) *Error {
 	var eb struct {
 		Error struct {
-			Code    string `json:"code"`
-			Message string `json:"message"`
+			Code         string `json:"code"`
+			Message      string `json:"message"`
+			RetryAfterMs int64  `json:"retryAfterMs"`
 		} `json:"error"`
 	}
 	if json.Unmarshal(body, &eb) == nil && eb.Error.Code != "" {
-		return &Error{Status: status, Code: eb.Error.Code, Message: eb.Error.Message}
+		return &Error{Status: status, Code: eb.Error.Code, Message: eb.Error.Message,
+			RetryAfter: time.Duration(eb.Error.RetryAfterMs) * time.Millisecond}
 	}
 	e := &Error{Status: status, Message: strings.TrimSpace(string(body))}
 	if len(e.Message) > 200 {

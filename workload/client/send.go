@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 	"unicode/utf8"
 
 	"github.com/oklog/ulid/v2"
@@ -145,11 +146,13 @@ func (c *Client) SendWithID(ctx context.Context, chatID, correlationID, body str
 		case protocol.CodeOverloaded:
 			overloads++
 		case protocol.CodeRateLimited, protocol.CodeCreditExhausted:
+			retryAfter := time.Duration(a.err.RetryAfterMs) * time.Millisecond
 			if c.cfg.ReturnLimitErrors {
 				c.st.sendErrors.Add(1)
-				return zero, &Error{Code: a.err.Code, Message: a.err.Message, CorrelationID: correlationID}
+				return zero, &Error{Code: a.err.Code, Message: a.err.Message, CorrelationID: correlationID, RetryAfter: retryAfter}
 			}
-			wait = jitter(c.cfg.LimitRetryWait)
+			// Not before the server's retryAfterMs (PROTOCOL.md §7.7).
+			wait = max(jitter(c.cfg.LimitRetryWait), retryAfter)
 		default:
 			c.st.sendErrors.Add(1)
 			return zero, &Error{Code: a.err.Code, Message: a.err.Message, CorrelationID: correlationID}

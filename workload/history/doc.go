@@ -15,4 +15,11 @@
 // outbox lives elsewhere (Kafka, where a relay feeds the log from history).
 // Implementations live in ../store/sqlite and ../store/postgres and all run
 // the conformance suite in ./historytest.
+//
+// ChatAPI (chatapi.go) is what PROTOCOL.md §7 adds: pages in both
+// directions, the chat list by activity, admins, and what a member may
+// read. Membership intervals are kept by sequence, not by clock: an add
+// starts one after the highest Seq committed then, a removal ends it at its
+// cutoff, and Visibility applies them to every page, last message and
+// unread count of a "member" group.
 package history

@@ -54,12 +54,29 @@ type Chat struct {
 	CreatedAt time.Time
 	// LastRead maps each current member who has read anything to the
 	// messageId of its read marker (PROTOCOL.md §3 read: forward-only by
-	// Seq). Filled by ChatsOf; nil elsewhere.
+	// Seq). Filled by ChatsOf, ChatFor and ChatList; nil elsewhere.
 	LastRead map[string]string
 	// Unread is, for the user ChatsOf was asked about, the number of
 	// messages after its own read marker sent by others, capped at
-	// MaxUnread. Filled by ChatsOf; 0 elsewhere.
+	// MaxUnread. Filled by ChatsOf (counting every message) and by ChatFor
+	// and ChatList (counting, in a "member" group, only the messages the
+	// user may read: PROTOCOL.md §7.6); 0 elsewhere.
 	Unread int
+
+	// PROTOCOL.md §7 (ChatAPI): filled by every read of a chat unless
+	// said otherwise.
+	//
+	// Admins are a group's admins, in the order they became admins (the
+	// creator first); none for a direct chat (§7.5).
+	Admins []string
+	// History is HistoryShared or HistoryMember (§7.6).
+	History string
+	// LastMessage is the newest message the caller may see, nil when
+	// there is none; LastActivity the latest of its SentAt, the caller's
+	// last add and the chat's creation (§7.2). Filled by ChatFor and
+	// ChatList only.
+	LastMessage  *Message
+	LastActivity time.Time
 }
 
 // HasMember reports whether user is in c.Members.
@@ -215,6 +232,9 @@ type Store interface {
 	Ping(ctx context.Context) error
 	// Close releases the store.
 	Close() error
+
+	// The calls of PROTOCOL.md §7 (chatapi.go).
+	ChatAPI
 }
 
 // Read is a read receipt: user has read chatID up to MessageID.

@@ -93,8 +93,8 @@ func CheckResend(origChat, origBody string, d Draft) error {
 // CheckRemove applies the rule of PROTOCOL.md §2 DELETE members, shared
 // by every store, to a removal of user by by from chat c as read in the
 // removal's transaction: by must be a member (ErrNotMember), c a group
-// (ErrInvalid), and by either user itself (leaving) or c's CreatedBy
-// (ErrForbidden). Whether user is a member is not checked: removing a
+// (ErrInvalid), and by either user itself (leaving) or one of c.Admins
+// (ErrForbidden; PROTOCOL.md §7.5: any admin, not only the creator). Whether user is a member is not checked: removing a
 // non-member changes nothing.
 func CheckRemove(c Chat, by, user string) error {
 	switch {
@@ -102,8 +102,8 @@ func CheckRemove(c Chat, by, user string) error {
 		return fmt.Errorf("%w: %q in chat %q", ErrNotMember, by, c.ID)
 	case c.Kind != KindGroup:
 		return fmt.Errorf("%w: members can be removed from group chats only", ErrInvalid)
-	case by != user && by != c.CreatedBy:
-		return fmt.Errorf("%w: only the group's creator may remove another member; a member may remove itself (leave)", ErrForbidden)
+	case by != user && !c.IsAdmin(by):
+		return fmt.Errorf("%w: only an admin of the group may remove another member; a member may remove itself (leave)", ErrForbidden)
 	}
 	return nil
 }

@@ -115,7 +115,7 @@ type Chat struct {
 	Kind    string   `json:"kind"` // "direct" or "group"
 	Title   string   `json:"title"`
 	Members []string `json:"members"`
-	// CreatedBy is the group's creator, who may remove other members; ""
+	// CreatedBy is the group's creator, its first admin (see Admins); ""
 	// for direct chats.
 	CreatedBy string `json:"createdBy"`
 	// LastRead maps each member who has read anything to the messageId of
@@ -126,6 +126,18 @@ type Chat struct {
 	// and the chat call answers; absent from chat events, which go to
 	// many users at once (a client keeps its own count from there).
 	Unread *int `json:"unread,omitempty"`
+	// Admins are a group's admins, the creator first (PROTOCOL.md §7.5);
+	// absent for direct chats.
+	Admins []string `json:"admins,omitempty"`
+	// History is a group's history setting, "shared" or "member" (§7.6);
+	// absent for direct chats.
+	History string `json:"history,omitempty"`
+	// LastMessage is the newest message the caller may see, absent when
+	// there is none; LastActivity the latest of its sentAt, the caller's
+	// last add and the chat's creation (§7.2). Present in GET /api/chats
+	// and GET /api/chats/{chatId}; absent from events.
+	LastMessage  *Message   `json:"lastMessage,omitempty"`
+	LastActivity *time.Time `json:"lastActivity,omitempty"`
 }
 
 // Chat event kinds (ChatEvent.Event).
@@ -191,6 +203,9 @@ type ErrorFrame struct {
 	CorrelationID string `json:"correlationId,omitempty"`
 	Code          string `json:"code"`
 	Message       string `json:"message"`
+	// RetryAfterMs is set on rate_limited errors: how long to wait, in
+	// milliseconds, before the resend can pass (PROTOCOL.md §7.7).
+	RetryAfterMs int64 `json:"retryAfterMs,omitempty"`
 }
 
 // Error is a protocol-level failure with a contract error code.

@@ -38,8 +38,10 @@ func toChatJSON(c history.Chat, unread *int) protocol.Chat {
 	if lastRead == nil {
 		lastRead = map[string]string{}
 	}
-	return protocol.Chat{ChatID: c.ID, Kind: c.Kind, Title: c.Title, Members: members,
+	out := protocol.Chat{ChatID: c.ID, Kind: c.Kind, Title: c.Title, Members: members,
 		CreatedBy: c.CreatedBy, LastRead: lastRead, Unread: unread}
+	addChatAPI(&out, c) // PROTOCOL.md §7 fields (chatapi.go)
+	return out
 }
 
 // zero is the unread count of a chat just created.
@@ -57,6 +59,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("POST /api/chats/{chatId}/members", s.authed(s.handleAddMember))
 	mux.HandleFunc("DELETE /api/chats/{chatId}/members/{userId}", s.authed(s.handleRemoveMember))
 	mux.HandleFunc("GET /api/chats/{chatId}/messages", s.authed(s.handleMessages))
+	s.chatAPIRoutes(mux) // PROTOCOL.md §7.2, §7.5 (chatapi.go)
 	mux.HandleFunc("GET /ws", s.handleWS)
 	mux.HandleFunc("GET /admin/stats", s.adminOnly(s.handleAdminStats))
 	mux.HandleFunc("POST /admin/rebuild", s.adminOnly(s.handleAdminRebuild))
@@ -125,6 +128,12 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
 		writeError(w, protocol.CodeInvalid, "request body is not valid UTF-8")
 		return false
 	}
+	// Decoded like frames (PROTOCOL.md §7.7): repeated, unknown or
+	// miscased keys and lone surrogate escapes are refused, naming the key.
+	if err := protocol.CheckBody(body, bodyKeys(v)); err != nil {
+		writeError(w, protocol.CodeInvalid, err.(*protocol.Error).Message)
+		return false
+	}
 	if err := json.Unmarshal(body, v); err != nil {
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) && te.Field != "" {
@@ -151,6 +160,7 @@ func (s *Server) handleCreateChat(w http.ResponseWriter, r *http.Request, user s
 		Kind    string   `json:"kind"`
 		Title   string   `json:"title"`
 		Members []string `json:"members"`
+		History string   `json:"history"` // PROTOCOL.md §7.6, groups only
 	}
 	if !decodeBody(w, r, &req) {
 		return
@@ -169,6 +179,10 @@ func (s *Server) handleCreateChat(w http.ResponseWriter, r *http.Request, user s
 		}
 		if len(peers) != 1 {
 			writeError(w, protocol.CodeInvalid, "a direct chat needs exactly one other member in members")
+			return
+		}
+		if req.History != "" && req.History != history.HistoryShared {
+			writeError(w, protocol.CodeInvalid, `history: a direct chat's history is "shared"`)
 			return
 		}
 		chat, created, err := s.store.CreateDirect(r.Context(), user, peers[0])
@@ -191,7 +205,8 @@ func (s *Server) handleCreateChat(w http.ResponseWriter, r *http.Request, user s
 			writeError(w, protocol.CodeInvalid, "a group has at most 1000 members")
 			return
 		}
-		chat, err := s.store.CreateGroup(r.Context(), user, req.Title, req.Members)
+		chat, err := s.store.CreateGroupWith(r.Context(), history.GroupSpec{Creator: user, Title: req.Title,
+			Members: req.Members, History: req.History})
 		if err != nil {
 			writeStoreError(w, err)
 			return
@@ -203,8 +218,17 @@ func (s *Server) handleCreateChat(w http.ResponseWriter, r *http.Request, user s
 	}
 }
 
+// handleListChats is GET /api/chats?limit=&cursor= (PROTOCOL.md §2,
+// §7.2): the caller's chats by lastActivity, newest first, each with its
+// lastMessage; limit defaults to 100 (history.DefaultListLimit) and is
+// capped at history.MaxListLimit; nextCursor is present while more follow.
+// A cursor this server did not give is 400 invalid.
 func (s *Server) handleListChats(w http.ResponseWriter, r *http.Request, user string) {
-	chats, err := s.store.ChatsOf(r.Context(), user)
+	limit, ok := queryLimit(w, r, history.DefaultListLimit, history.MaxListLimit)
+	if !ok {
+		return
+	}
+	chats, next, err := s.store.ChatList(r.Context(), user, r.URL.Query().Get("cursor"), limit)
 	if err != nil {
 		writeStoreError(w, err)
 		return
@@ -213,7 +237,11 @@ func (s *Server) handleListChats(w http.ResponseWriter, r *http.Request, user st
 	for _, c := range chats {
 		out = append(out, toChatJSON(c, &c.Unread))
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"chats": out})
+	body := map[string]any{"chats": out}
+	if next != "" {
+		body["nextCursor"] = next
+	}
+	writeJSON(w, http.StatusOK, body)
 }
 
 // validChatID applies the wire's id rule (PROTOCOL.md §3, package text) to
@@ -262,11 +290,11 @@ func (s *Server) handleAddMember(w http.ResponseWriter, r *http.Request, user st
 }
 
 // handleRemoveMember is DELETE /api/chats/{chatId}/members/{userId}
-// (PROTOCOL.md §2): leave (userId is the caller) or removal by the group's
-// creator; group chats only. 200 with the chat after the change; 400
+// (PROTOCOL.md §2, §7.5): leave (userId is the caller) or removal by an
+// admin of the group; group chats only. 200 with the chat after the change; 400
 // invalid for bad ids or a direct chat, 403 forbidden for a non-member or
-// a member removing another member of a group it did not create, 404 for
-// an unknown chat. The removed user's connections stop receiving the
+// a member who is not an admin removing another member, 404 for an
+// unknown or closed chat. The last member leaving closes the group. The removed user's connections stop receiving the
 // chat's messages at once, on every process (delivery.Engine.Exclude); its
 // devices get a chat "removed" event, the remaining members' "updated".
 func (s *Server) handleRemoveMember(w http.ResponseWriter, r *http.Request, user string) {
@@ -310,12 +338,8 @@ func (s *Server) handleRemoveMember(w http.ResponseWriter, r *http.Request, user
 // caller's chat list can be read, its unread count; a failure to read them
 // leaves them out rather than failing a change that was made.
 func (s *Server) callerView(ctx context.Context, chat history.Chat, user string) protocol.Chat {
-	if chats, err := s.store.ChatsOf(ctx, user); err == nil {
-		for _, c := range chats {
-			if c.ID == chat.ID {
-				return toChatJSON(c, &c.Unread)
-			}
-		}
+	if c, err := s.store.ChatFor(ctx, chat.ID, user); err == nil {
+		return toChatJSON(c, &c.Unread)
 	}
 	if marks, err := s.store.ReadMarks(ctx, chat.ID); err == nil {
 		chat.LastRead = marks
@@ -363,6 +387,12 @@ func (s *Server) chatCreated(ctx context.Context, chat history.Chat) {
 	}
 }
 
+// handleMessages is GET /api/chats/{chatId}/messages (PROTOCOL.md §4,
+// §7.1, §7.6): since pages forward, before backward (before=end, or a
+// before that does not resolve, is the newest page), both oldest first;
+// since and before together are 400 invalid. A non-member gets 403, an
+// unknown or closed chat 404, read from the store (not the chat cache), so
+// a member removed a moment ago on any process is refused at once.
 func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request, user string) {
 	chatID := r.PathValue("chatId")
 	if !validChatID(chatID) {
@@ -370,42 +400,59 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request, user str
 		return
 	}
 	q := r.URL.Query()
-	limit := DefaultPageLimit
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if errors.Is(err, strconv.ErrRange) && v[0] != '-' {
-			n, err = MaxPageLimit, nil // a huge limit is capped, not refused
-		}
-		if err != nil || n < 1 {
-			writeError(w, protocol.CodeInvalid, "limit must be a positive integer")
-			return
-		}
-		limit = int(min(n, MaxPageLimit))
-	}
-	since := q.Get("since")
-	if len(since) > protocol.MaxIDLen || !text.Valid(since) {
-		since = "" // unresolvable: full sync (PROTOCOL.md §4)
-	}
-	// Read from the store, not the chat cache: a member removed a moment
-	// ago, on any process, gets 403 at once (PROTOCOL.md §2).
-	ok, err := s.store.IsMember(r.Context(), chatID, user)
-	if err != nil {
-		writeStoreError(w, err)
-		return
-	}
+	limit, ok := queryLimit(w, r, DefaultPageLimit, MaxPageLimit)
 	if !ok {
-		writeError(w, protocol.CodeForbidden, "not a member of this chat")
 		return
 	}
-	msgs, more, err := s.store.Page(r.Context(), chatID, since, limit)
+	_, hasSince := q["since"]
+	_, hasBefore := q["before"]
+	if hasSince && hasBefore {
+		writeError(w, protocol.CodeInvalid, "since and before cannot be used together")
+		return
+	}
+	pq := history.PageQuery{ChatID: chatID, User: user, Since: q.Get("since"), Limit: limit}
+	if len(pq.Since) > protocol.MaxIDLen || !text.Valid(pq.Since) {
+		pq.Since = "" // unresolvable: full sync (PROTOCOL.md §4)
+	}
+	if hasBefore {
+		pq.Before = q.Get("before")
+		if pq.Before == "" || len(pq.Before) > protocol.MaxIDLen || !text.Valid(pq.Before) {
+			pq.Before = history.PageEnd // unresolvable: the newest page (§7.1)
+		}
+	}
+	msgs, more, err := s.store.Messages(r.Context(), pq)
 	if err != nil {
 		writeStoreError(w, err)
 		return
 	}
 	out := make([]protocol.Message, len(msgs))
 	for i, m := range msgs {
-		out[i] = protocol.Message{MessageID: m.ID, CorrelationID: m.CorrelationID, ChatID: m.ChatID,
-			SenderID: m.SenderID, Body: m.Body, SentAt: m.SentAt.UTC()}
+		out[i] = wireMessage(m)
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"messages": out, "hasMore": more})
+}
+
+// wireMessage is m as history pages show it (PROTOCOL.md §4).
+func wireMessage(m history.Message) protocol.Message {
+	return protocol.Message{MessageID: m.ID, CorrelationID: m.CorrelationID, ChatID: m.ChatID,
+		SenderID: m.SenderID, Body: m.Body, SentAt: m.SentAt.UTC()}
+}
+
+// queryLimit reads the limit query parameter: def when absent, capped at
+// max (a huge limit is capped, not refused); anything but a positive
+// integer is answered 400 invalid and ok is false.
+func queryLimit(w http.ResponseWriter, r *http.Request, def, max int) (int, bool) {
+	v := r.URL.Query().Get("limit")
+	if v == "" {
+		return def, true
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if errors.Is(err, strconv.ErrRange) && v[0] != '-' {
+		n, err = int64(max), nil
+	}
+	if err != nil || n < 1 {
+		writeError(w, protocol.CodeInvalid, "limit must be a positive integer")
+		return 0, false
+	}
+	return int(min(n, int64(max))), true
 }

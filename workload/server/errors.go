@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/tetra-messenger/tetra/workload/history"
@@ -81,12 +82,28 @@ type errorBody struct {
 	Error struct {
 		Code    string `json:"code"`
 		Message string `json:"message"`
+		// RetryAfterMs: on rate_limited, how long to wait (PROTOCOL.md §7.7).
+		RetryAfterMs int64 `json:"retryAfterMs,omitempty"`
 	} `json:"error"`
 }
 
+// writeError answers {"error":{"code","message"}} with code's status.
+// Every 401 carries WWW-Authenticate: Bearer (PROTOCOL.md §7.7, RFC 6750).
 func writeError(w http.ResponseWriter, code, msg string) {
+	writeErrorRetry(w, code, msg, 0)
+}
+
+// writeErrorRetry is writeError with retryAfterMs (and, when it is set, a
+// Retry-After header in whole seconds, rounded up).
+func writeErrorRetry(w http.ResponseWriter, code, msg string, retryAfterMs int64) {
 	var b errorBody
-	b.Error.Code, b.Error.Message = code, msg
+	b.Error.Code, b.Error.Message, b.Error.RetryAfterMs = code, msg, retryAfterMs
+	if code == protocol.CodeUnauthorized {
+		w.Header().Set("WWW-Authenticate", "Bearer")
+	}
+	if retryAfterMs > 0 {
+		w.Header().Set("Retry-After", strconv.FormatInt((retryAfterMs+999)/1000, 10))
+	}
 	writeJSON(w, statusOf(code), b)
 }
 

@@ -64,9 +64,10 @@ func (b *fanoutBudgets) release(user string) {
 // session's user's bucket: one per member (the chat cache's count),
 // capped at the burst. It returns "" when the send may go, else the error
 // code and message to answer it with (nothing is stored): rate_limited
-// over the budget, overloaded when the member count cannot be read. An
+// over the budget (with retryMs, when the bucket will hold the cost:
+// PROTOCOL.md §7.7), overloaded when the member count cannot be read. An
 // unknown chat costs one row: its commit answers not_found.
-func (c *session) chargeFanout(ctx context.Context, chatID string, perSecond int) (code, msg string) {
+func (c *session) chargeFanout(ctx context.Context, chatID string, perSecond int) (code, msg string, retryMs int64) {
 	if c.fanout.Limit() != rate.Limit(perSecond) {
 		c.fanout.SetLimit(rate.Limit(perSecond))
 		c.fanout.SetBurst(perSecond)
@@ -76,13 +77,14 @@ func (c *session) chargeFanout(ctx context.Context, chatID string, perSecond int
 	case errors.Is(err, history.ErrNotFound):
 		n = 1
 	case err != nil:
-		return protocol.CodeOverloaded, "not stored: the store is unavailable; resend with the same correlationId"
+		return protocol.CodeOverloaded, "not stored: the store is unavailable; resend with the same correlationId", 0
 	}
 	cost := min(n, perSecond)
 	if !c.fanout.AllowN(time.Now(), cost) {
-		return protocol.CodeRateLimited, fmt.Sprintf("fan-out over fanoutPerSecond: this send writes %d outbox rows (one per member), the budget is %d rows a second per user; resend later with the same correlationId", n, perSecond)
+		return protocol.CodeRateLimited, fmt.Sprintf("fan-out over fanoutPerSecond: this send writes %d outbox rows (one per member), the budget is %d rows a second per user; resend later with the same correlationId", n, perSecond),
+			retryAfterMs(c.fanout, cost)
 	}
-	return "", ""
+	return "", "", 0
 }
 
 // storeTimeout is the send's store timeout (Config.StoreTimeout).

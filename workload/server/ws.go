@@ -62,7 +62,7 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !s.admit(user) {
-		writeError(w, protocol.CodeRateLimited, "too many connections")
+		writeErrorRetry(w, protocol.CodeRateLimited, "too many connections", connectRetryMs)
 		return
 	}
 	defer s.release(user)
@@ -521,11 +521,11 @@ func (c *session) handleSend(ctx context.Context, m *protocol.Send, t config.Tun
 		c.limiter.SetBurst(perSecond)
 	}
 	if !c.limiter.Allow() {
-		c.sendError(m.CorrelationID, protocol.CodeRateLimited, "send rate over sendsPerSecond")
+		c.sendErrorRetry(m.CorrelationID, protocol.CodeRateLimited, "send rate over sendsPerSecond", retryAfterMs(c.limiter, 1))
 		return
 	}
-	if code, msg := c.chargeFanout(ctx, m.ChatID, t.FanoutPerSecond); code != "" {
-		c.sendError(m.CorrelationID, code, msg)
+	if code, msg, retry := c.chargeFanout(ctx, m.ChatID, t.FanoutPerSecond); code != "" {
+		c.sendErrorRetry(m.CorrelationID, code, msg, retry)
 		return
 	}
 	c.inflight.Add(1)

@@ -58,6 +58,7 @@ func Run(t *testing.T, newStore func(t *testing.T) history.Store) {
 		{"FleetRecord", testFleetRecord},
 		{"ProbeWrite", testProbeWrite},
 	}
+	tests = append(tests, chatAPITests...) // chatapi.go
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

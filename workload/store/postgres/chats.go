@@ -30,14 +30,21 @@ func validUser(what, id string) error { return history.CheckUser(what, id) }
 // chatColumns reads a chat with its members sorted, in one statement (one
 // snapshot). The alias of chats must be c.
 const chatColumns = `c.id, c.kind, c.title, c.created_by, c.created_at,
-	array(SELECT m.user_id FROM members AS m WHERE m.chat_id = c.id ORDER BY m.user_id)`
+	array(SELECT m.user_id FROM members AS m WHERE m.chat_id = c.id ORDER BY m.user_id),
+	c.history, c.closed,
+	array(SELECT m.user_id FROM members AS m WHERE m.chat_id = c.id AND m.admin_at > 0 ORDER BY m.admin_at, m.user_id)`
 
-// scanChat scans chatColumns.
+// scanChat scans chatColumns. A closed group (PROTOCOL.md §7.5) reads as
+// no row: it answers as unknown.
 func scanChat(row pgx.Row) (history.Chat, error) {
 	var c history.Chat
 	var created int64
-	if err := row.Scan(&c.ID, &c.Kind, &c.Title, &c.CreatedBy, &created, &c.Members); err != nil {
+	var closed bool
+	if err := row.Scan(&c.ID, &c.Kind, &c.Title, &c.CreatedBy, &created, &c.Members, &c.History, &closed, &c.Admins); err != nil {
 		return history.Chat{}, err
+	}
+	if closed {
+		return history.Chat{}, pgx.ErrNoRows
 	}
 	c.CreatedAt = fromNanos(created)
 	return c, nil
@@ -70,6 +77,8 @@ func (db *DB) CreateDirect(ctx context.Context, a, b string) (history.Chat, bool
 		ID:        newChatID(),
 		Kind:      history.KindDirect,
 		Members:   []string{lo, hi},
+		Admins:    []string{},
+		History:   history.HistoryShared,
 		CreatedAt: fromNanos(nanos(time.Now())),
 	}
 	// The pair row decides. A concurrent insert of the same pair makes ON
@@ -85,8 +94,8 @@ func (db *DB) CreateDirect(ctx context.Context, a, b string) (history.Chat, bool
 			SELECT chat_id, 'direct', '', $4 FROM p
 			RETURNING id
 		)
-		INSERT INTO members (chat_id, user_id)
-		SELECT c.id, u FROM c, unnest(ARRAY[$1, $2]::text[]) AS u`,
+		INSERT INTO members (chat_id, user_id, joined_at)
+		SELECT c.id, u, $4 FROM c, unnest(ARRAY[$1, $2]::text[]) AS u`,
 		lo, hi, c.ID, nanos(c.CreatedAt))
 	if err != nil {
 		return history.Chat{}, false, unavailable("create direct", err)
@@ -116,13 +125,25 @@ func (db *DB) directChat(ctx context.Context, lo, hi string) (history.Chat, bool
 	return c, true, nil
 }
 
-// CreateGroup creates a group chat of creator plus members, duplicates
-// removed, members sorted, in one statement. The title is trimmed of
-// surrounding white space and may be empty. Invalid user ids, a title over
-// MaxTitleBytes, not UTF-8 or containing NUL (history.CheckText), and more
-// than MaxGroupMembers members give ErrInvalid.
+// CreateGroup creates a group chat of creator plus members with shared
+// history: CreateGroupWith.
 func (db *DB) CreateGroup(ctx context.Context, creator, title string, members []string) (history.Chat, error) {
-	title, all, err := history.CheckGroup(creator, title, members)
+	return db.CreateGroupWith(ctx, history.GroupSpec{Creator: creator, Title: title, Members: members})
+}
+
+// CreateGroupWith creates a group chat of spec.Creator plus spec.Members,
+// duplicates removed, members sorted, the creator its admin (PROTOCOL.md
+// §7.5) and spec.History its history setting (§7.6), in one statement. The
+// title is trimmed of surrounding white space and may be empty. Invalid
+// user ids, a title over MaxTitleBytes, not UTF-8 or containing NUL
+// (history.CheckText), more than MaxGroupMembers members and an unknown
+// history setting give ErrInvalid.
+func (db *DB) CreateGroupWith(ctx context.Context, spec history.GroupSpec) (history.Chat, error) {
+	title, all, err := history.CheckGroup(spec.Creator, spec.Title, spec.Members)
+	if err != nil {
+		return history.Chat{}, err
+	}
+	hist, err := history.CheckHistory(spec.History)
 	if err != nil {
 		return history.Chat{}, err
 	}
@@ -130,15 +151,18 @@ func (db *DB) CreateGroup(ctx context.Context, creator, title string, members []
 		ID:        newChatID(),
 		Kind:      history.KindGroup,
 		Title:     title,
-		CreatedBy: creator,
+		CreatedBy: spec.Creator,
 		Members:   all,
+		Admins:    []string{spec.Creator},
+		History:   hist,
 		CreatedAt: fromNanos(nanos(time.Now())),
 	}
 	if _, err := db.pool.Exec(ctx, `WITH c AS (
-			INSERT INTO chats (id, kind, title, created_by, created_at) VALUES ($1, 'group', $2, $5, $3)
+			INSERT INTO chats (id, kind, title, created_by, created_at, history) VALUES ($1, 'group', $2, $5, $3, $6)
 		)
-		INSERT INTO members (chat_id, user_id) SELECT $1, unnest($4::text[])`,
-		c.ID, c.Title, nanos(c.CreatedAt), all, creator); err != nil {
+		INSERT INTO members (chat_id, user_id, joined_at, admin_at)
+		SELECT $1, u, $3, CASE WHEN u = $5 THEN $3 ELSE 0 END FROM unnest($4::text[]) AS u`,
+		c.ID, c.Title, nanos(c.CreatedAt), all, spec.Creator, hist); err != nil {
 		return history.Chat{}, unavailable("create group", err)
 	}
 	return c, nil
@@ -180,7 +204,9 @@ func (db *DB) ChatsOf(ctx context.Context, user string) ([]history.Chat, error) 
 		var c history.Chat
 		var created int64
 		var readers, reads []string
-		if err := row.Scan(&c.ID, &c.Kind, &c.Title, &c.CreatedBy, &created, &c.Members, &readers, &reads, &c.Unread); err != nil {
+		var closed bool
+		if err := row.Scan(&c.ID, &c.Kind, &c.Title, &c.CreatedBy, &created, &c.Members, &c.History, &closed, &c.Admins,
+			&readers, &reads, &c.Unread); err != nil {
 			return history.Chat{}, err
 		}
 		c.CreatedAt = fromNanos(created)
@@ -243,7 +269,7 @@ func (db *DB) IsMember(ctx context.Context, chatID, user string) (bool, error) {
 		return false, nil
 	}
 	var chat, member bool
-	err := db.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM chats WHERE id = $1),
+	err := db.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM chats WHERE id = $1 AND NOT closed),
 		EXISTS (SELECT 1 FROM members WHERE chat_id = $1 AND user_id = $2)`, chatID, user).Scan(&chat, &member)
 	if err != nil {
 		return false, unavailable("is member", err)
@@ -316,7 +342,11 @@ func (db *DB) AddMember(ctx context.Context, chatID, by, user string) (history.C
 		return history.Chat{}, fmt.Errorf("%w: a group has at most %d members", history.ErrInvalid, MaxGroupMembers)
 	}
 	b := &pgx.Batch{}
-	b.Queue(`INSERT INTO members (chat_id, user_id) VALUES ($1, $2)`, chatID, user)
+	// The new membership interval holds the Seqs above every one
+	// committed so far (PROTOCOL.md §7.6): commits wait for the append
+	// lock this transaction holds.
+	b.Queue(`INSERT INTO members (chat_id, user_id, joined_at, joined_seq)
+		VALUES ($1, $2, $3, (SELECT coalesce(max(id), 0) FROM history))`, chatID, user, nanos(time.Now()))
 	// Invalidates every process's cache of member lists (see Commit).
 	b.Queue(`UPDATE membership_epoch SET epoch = epoch + 1 WHERE id = 1`)
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
@@ -380,16 +410,33 @@ func (db *DB) RemoveMember(ctx context.Context, chatID, by, user string) (histor
 		return c, cutoff, nil // the deferred rollback ends the transaction
 	}
 	b := &pgx.Batch{}
+	// The membership interval ends at cutoff (PROTOCOL.md §7.6); an empty
+	// one is not kept.
+	b.Queue(`INSERT INTO member_spans (chat_id, user_id, from_seq, to_seq)
+		SELECT chat_id, user_id, joined_seq, $3 FROM members WHERE chat_id = $1 AND user_id = $2 AND joined_seq < $3
+		ON CONFLICT (chat_id, user_id, from_seq) DO UPDATE SET to_seq = greatest(member_spans.to_seq, excluded.to_seq)`,
+		chatID, user, cutoff)
 	b.Queue(`DELETE FROM members WHERE chat_id = $1 AND user_id = $2`, chatID, user)
+	// A group never loses its last admin; the last member leaving closes
+	// it (PROTOCOL.md §7.5).
+	b.Queue(keepAdminSQL, chatID, nanos(time.Now()), "")
+	if len(c.Members) == 1 {
+		b.Queue(`UPDATE chats SET closed = true WHERE id = $1`, chatID)
+	}
 	// Invalidates every process's cache of member lists (see Commit).
 	b.Queue(`UPDATE membership_epoch SET epoch = epoch + 1 WHERE id = 1`)
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return history.Chat{}, 0, unavailable("remove member", err)
 	}
+	after := history.Chat{ID: c.ID, Kind: c.Kind, Title: c.Title, CreatedBy: c.CreatedBy, CreatedAt: c.CreatedAt,
+		History: c.History, Members: []string{}, Admins: []string{}}
+	if len(c.Members) > 1 {
+		if after, err = scanChat(tx.QueryRow(ctx, `SELECT `+chatColumns+` FROM chats AS c WHERE c.id = $1`, chatID)); err != nil {
+			return history.Chat{}, 0, unavailable("remove member", err)
+		}
+	}
 	if err := tx.Commit(ctx); err != nil {
 		return history.Chat{}, 0, unavailable("remove member", err)
 	}
-	i, _ := slices.BinarySearch(c.Members, user)
-	c.Members = slices.Delete(c.Members, i, i+1)
-	return c, cutoff, nil
+	return after, cutoff, nil
 }

@@ -38,7 +38,7 @@ func (db *DB) Page(ctx context.Context, chatID, sinceID string, limit int) ([]hi
 		sinceID = "" // matches no message: start at the beginning
 	}
 	b := &pgx.Batch{}
-	b.Queue(`SELECT EXISTS (SELECT 1 FROM chats WHERE id = $1)`, chatID)
+	b.Queue(`SELECT EXISTS (SELECT 1 FROM chats WHERE id = $1 AND NOT closed)`, chatID)
 	// One row beyond the page tells whether more follow.
 	b.Queue(pageQuery, chatID, sinceID, int64(limit)+1)
 	br := db.pool.SendBatch(ctx, b)

@@ -1,6 +1,7 @@
 package sqlite
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -81,6 +82,7 @@ func (db *DB) CreateDirect(ctx context.Context, a, b string) (history.Chat, bool
 		ID:        newChatID(),
 		Kind:      history.KindDirect,
 		Members:   []string{lo, hi},
+		History:   history.HistoryShared,
 		CreatedAt: fromNanos(nanos(time.Now())),
 	}
 	if err := insertChat(ctx, tx, c); err != nil {
@@ -96,13 +98,25 @@ func (db *DB) CreateDirect(ctx context.Context, a, b string) (history.Chat, bool
 	return c, true, nil
 }
 
-// CreateGroup creates a group chat of creator plus members, duplicates
-// removed, members sorted. The title is trimmed of surrounding white space
-// and may be empty. Invalid user ids, a title over MaxTitleBytes, not UTF-8
-// or containing NUL (history.CheckText), and more than MaxGroupMembers
-// members give ErrInvalid.
+// CreateGroup creates a group chat of creator plus members with shared
+// history: CreateGroupWith.
 func (db *DB) CreateGroup(ctx context.Context, creator, title string, members []string) (history.Chat, error) {
-	title, all, err := history.CheckGroup(creator, title, members)
+	return db.CreateGroupWith(ctx, history.GroupSpec{Creator: creator, Title: title, Members: members})
+}
+
+// CreateGroupWith creates a group chat of spec.Creator plus spec.Members,
+// duplicates removed, members sorted, the creator its admin (PROTOCOL.md
+// §7.5) and spec.History its history setting (§7.6). The title is trimmed
+// of surrounding white space and may be empty. Invalid user ids, a title
+// over MaxTitleBytes, not UTF-8 or containing NUL (history.CheckText), more
+// than MaxGroupMembers members and an unknown history setting give
+// ErrInvalid.
+func (db *DB) CreateGroupWith(ctx context.Context, spec history.GroupSpec) (history.Chat, error) {
+	title, all, err := history.CheckGroup(spec.Creator, spec.Title, spec.Members)
+	if err != nil {
+		return history.Chat{}, err
+	}
+	hist, err := history.CheckHistory(spec.History)
 	if err != nil {
 		return history.Chat{}, err
 	}
@@ -110,8 +124,10 @@ func (db *DB) CreateGroup(ctx context.Context, creator, title string, members []
 		ID:        newChatID(),
 		Kind:      history.KindGroup,
 		Title:     title,
-		CreatedBy: creator,
+		CreatedBy: spec.Creator,
 		Members:   all,
+		Admins:    []string{spec.Creator},
+		History:   hist,
 		CreatedAt: fromNanos(nanos(time.Now())),
 	}
 	tx, err := db.w.BeginTx(ctx, nil)
@@ -128,19 +144,25 @@ func (db *DB) CreateGroup(ctx context.Context, creator, title string, members []
 	return c, nil
 }
 
-// insertChat writes the chats row and one members row per member.
+// insertChat writes the chats row and one members row per member, each
+// joined at the chat's creation, c.Admins admins.
 func insertChat(ctx context.Context, tx *sql.Tx, c history.Chat) error {
-	if _, err := tx.ExecContext(ctx, `INSERT INTO chats (id, kind, title, created_by, created_at) VALUES (?, ?, ?, ?, ?)`,
-		c.ID, c.Kind, c.Title, c.CreatedBy, nanos(c.CreatedAt)); err != nil {
+	created := nanos(c.CreatedAt)
+	if _, err := tx.ExecContext(ctx, `INSERT INTO chats (id, kind, title, created_by, created_at, history) VALUES (?, ?, ?, ?, ?, ?)`,
+		c.ID, c.Kind, c.Title, c.CreatedBy, created, c.History); err != nil {
 		return unavailable("insert chat", err)
 	}
-	stmt, err := tx.PrepareContext(ctx, `INSERT INTO members (chat_id, user_id) VALUES (?, ?)`)
+	stmt, err := tx.PrepareContext(ctx, `INSERT INTO members (chat_id, user_id, joined_at, joined_seq, admin_at) VALUES (?, ?, ?, 0, ?)`)
 	if err != nil {
 		return unavailable("insert chat", err)
 	}
 	defer stmt.Close()
 	for _, m := range c.Members {
-		if _, err := stmt.ExecContext(ctx, c.ID, m); err != nil {
+		var adminAt int64
+		if c.IsAdmin(m) {
+			adminAt = created
+		}
+		if _, err := stmt.ExecContext(ctx, c.ID, m, created, adminAt); err != nil {
 			return unavailable("insert chat", err)
 		}
 	}
@@ -157,35 +179,64 @@ func (db *DB) Chat(ctx context.Context, chatID string) (history.Chat, error) {
 	return loadChat(ctx, tx, chatID)
 }
 
-// loadChat reads one chat and its members through q.
+// loadChat reads one chat, its members and its admins through q. A closed
+// group (PROTOCOL.md §7.5) is ErrNotFound.
 func loadChat(ctx context.Context, q querier, chatID string) (history.Chat, error) {
 	c := history.Chat{ID: chatID}
 	var created int64
-	err := q.QueryRowContext(ctx, `SELECT kind, title, created_by, created_at FROM chats WHERE id = ?`, chatID).
-		Scan(&c.Kind, &c.Title, &c.CreatedBy, &created)
-	if errors.Is(err, sql.ErrNoRows) {
+	var closed bool
+	err := q.QueryRowContext(ctx, `SELECT kind, title, created_by, created_at, history, closed FROM chats WHERE id = ?`, chatID).
+		Scan(&c.Kind, &c.Title, &c.CreatedBy, &created, &c.History, &closed)
+	if errors.Is(err, sql.ErrNoRows) || closed {
 		return history.Chat{}, fmt.Errorf("%w: chat %q", history.ErrNotFound, chatID)
 	}
 	if err != nil {
 		return history.Chat{}, unavailable("chat", err)
 	}
 	c.CreatedAt = fromNanos(created)
-	rows, err := q.QueryContext(ctx, `SELECT user_id FROM members WHERE chat_id = ? ORDER BY user_id`, chatID)
+	rows, err := q.QueryContext(ctx, `SELECT user_id, admin_at FROM members WHERE chat_id = ? ORDER BY user_id`, chatID)
 	if err != nil {
 		return history.Chat{}, unavailable("chat members", err)
 	}
 	defer rows.Close()
+	var admins []admin
 	for rows.Next() {
 		var m string
-		if err := rows.Scan(&m); err != nil {
+		var at int64
+		if err := rows.Scan(&m, &at); err != nil {
 			return history.Chat{}, unavailable("chat members", err)
 		}
 		c.Members = append(c.Members, m)
+		if at > 0 {
+			admins = append(admins, admin{m, at})
+		}
 	}
 	if err := rows.Err(); err != nil {
 		return history.Chat{}, unavailable("chat members", err)
 	}
+	c.Admins = adminOrder(admins)
 	return c, nil
+}
+
+// admin is a member who is an admin since at (Unix nanoseconds).
+type admin struct {
+	user string
+	at   int64
+}
+
+// adminOrder lists admins in the order they became admins, then by id.
+func adminOrder(admins []admin) []string {
+	slices.SortFunc(admins, func(a, b admin) int {
+		if a.at != b.at {
+			return cmp.Compare(a.at, b.at)
+		}
+		return cmp.Compare(a.user, b.user)
+	})
+	out := make([]string, len(admins))
+	for i, a := range admins {
+		out[i] = a.user
+	}
+	return out
 }
 
 // ChatsOf lists the chats user is a member of, oldest first (by creation
@@ -308,7 +359,7 @@ func (db *DB) IsMember(ctx context.Context, chatID, user string) (bool, error) {
 	var member, chat int
 	err := db.r.QueryRowContext(ctx, `SELECT
 		(SELECT count(*) FROM members WHERE chat_id = ?1 AND user_id = ?2),
-		(SELECT count(*) FROM chats WHERE id = ?1)`, chatID, user).Scan(&member, &chat)
+		(SELECT count(*) FROM chats WHERE id = ?1 AND closed = 0)`, chatID, user).Scan(&member, &chat)
 	if err != nil {
 		return false, unavailable("is member", err)
 	}
@@ -351,7 +402,12 @@ func (db *DB) AddMember(ctx context.Context, chatID, by, user string) (history.C
 	if len(c.Members) >= MaxGroupMembers {
 		return history.Chat{}, fmt.Errorf("%w: a group has at most %d members", history.ErrInvalid, MaxGroupMembers)
 	}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO members (chat_id, user_id) VALUES (?, ?)`, chatID, user); err != nil {
+	// The new membership interval holds the Seqs above every one taken
+	// so far (PROTOCOL.md §7.6): the writer is the only one, so none is
+	// taken before this commits.
+	if _, err := tx.ExecContext(ctx, `INSERT INTO members (chat_id, user_id, joined_at, joined_seq, admin_at)
+		VALUES (?, ?, ?, coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'history'), 0), 0)`,
+		chatID, user, nanos(time.Now())); err != nil {
 		return history.Chat{}, unavailable("add member", err)
 	}
 	// Invalidates every process's cache of member lists (see Commit).
@@ -402,19 +458,38 @@ func (db *DB) RemoveMember(ctx context.Context, chatID, by, user string) (histor
 	if !c.HasMember(user) {
 		return c, cutoff, commitTx(tx, "remove member")
 	}
+	// The membership interval ends at cutoff (PROTOCOL.md §7.6); an empty
+	// one is not kept.
+	if _, err := tx.ExecContext(ctx, `INSERT INTO member_spans (chat_id, user_id, from_seq, to_seq)
+		SELECT chat_id, user_id, joined_seq, ?3 FROM members WHERE chat_id = ?1 AND user_id = ?2 AND joined_seq < ?3
+		ON CONFLICT DO UPDATE SET to_seq = max(to_seq, excluded.to_seq)`, chatID, user, cutoff); err != nil {
+		return history.Chat{}, 0, unavailable("remove member", err)
+	}
 	if _, err := tx.ExecContext(ctx, `DELETE FROM members WHERE chat_id = ? AND user_id = ?`, chatID, user); err != nil {
 		return history.Chat{}, 0, unavailable("remove member", err)
+	}
+	// A group never loses its last admin; the last member leaving closes
+	// it (PROTOCOL.md §7.5).
+	if _, err := tx.ExecContext(ctx, keepAdminSQL, chatID, nanos(time.Now()), ""); err != nil {
+		return history.Chat{}, 0, unavailable("remove member", err)
+	}
+	if len(c.Members) == 1 {
+		if _, err := tx.ExecContext(ctx, `UPDATE chats SET closed = 1 WHERE id = ?`, chatID); err != nil {
+			return history.Chat{}, 0, unavailable("remove member", err)
+		}
 	}
 	// Invalidates every process's cache of member lists (see Commit).
 	if _, err := tx.ExecContext(ctx, `UPDATE membership_epoch SET epoch = epoch + 1 WHERE id = 1`); err != nil {
 		return history.Chat{}, 0, unavailable("remove member", err)
 	}
+	after, err := loadChatOrClosed(ctx, tx, c)
+	if err != nil {
+		return history.Chat{}, 0, err
+	}
 	if err := commitTx(tx, "remove member"); err != nil {
 		return history.Chat{}, 0, err
 	}
-	i, _ := slices.BinarySearch(c.Members, user)
-	c.Members = slices.Delete(c.Members, i, i+1)
-	return c, cutoff, nil
+	return after, cutoff, nil
 }
 
 // commitTx commits tx, translating a failure.

@@ -26,7 +26,7 @@ func (db *DB) Page(ctx context.Context, chatID, sinceID string, limit int) ([]hi
 	}
 	defer rollback(tx)
 	var one int
-	switch err := tx.QueryRowContext(ctx, `SELECT 1 FROM chats WHERE id = ?`, chatID).Scan(&one); {
+	switch err := tx.QueryRowContext(ctx, `SELECT 1 FROM chats WHERE id = ? AND closed = 0`, chatID).Scan(&one); {
 	case errors.Is(err, sql.ErrNoRows):
 		return nil, false, fmt.Errorf("%w: chat %q", history.ErrNotFound, chatID)
 	case err != nil:

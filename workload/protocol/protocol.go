@@ -91,6 +91,9 @@ type Send struct {
 	ChatID        string `json:"chatId"`
 	CorrelationID string `json:"correlationId"`
 	Body          string `json:"body"`
+	// Edits makes the send an edit of that message of the chat, one the
+	// sender sent; Body is its new text (PROTOCOL.md §7.3).
+	Edits string `json:"edits,omitempty"`
 }
 
 // Ack acknowledges one or many message frames by messageId.
@@ -182,6 +185,15 @@ type Message struct {
 	SenderID      string    `json:"senderId"`
 	Body          string    `json:"body"`
 	SentAt        time.Time `json:"sentAt"`
+	// Edits and Deletes mark an edit or a delete of that message
+	// (PROTOCOL.md §7.3); absent on ordinary messages.
+	Edits   string `json:"edits,omitempty"`
+	Deletes string `json:"deletes,omitempty"`
+	// EditedAt is, in history, when an ordinary message was last edited
+	// (its Body is the newest); Deleted marks a deleted one (its Body is
+	// ""). Absent otherwise.
+	EditedAt *time.Time `json:"editedAt,omitempty"`
+	Deleted  bool       `json:"deleted,omitempty"`
 }
 
 // ErrorFrame reports a failed request. CorrelationID is set when it answers
@@ -314,6 +326,8 @@ func DecodeClient(data []byte, maxBody int) (f ClientFrame, err error) {
 			return fail(CodeInvalid, "send: body must be valid UTF-8 without U+0000")
 		case maxBody > 0 && len(s.Body) > maxBody:
 			return fail(CodeTooLarge, "send: body is %d bytes, the limit is %d", len(s.Body), maxBody)
+		case s.Edits != "" && !validID(s.Edits):
+			return fail(CodeInvalid, "send: edits must be a messageId: 1..%d bytes of valid UTF-8 without U+0000", MaxIDLen)
 		}
 		f.Send = &s
 	case TypeAck:

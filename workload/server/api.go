@@ -14,6 +14,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/tetra-messenger/tetra/workload/auth"
+	"github.com/tetra-messenger/tetra/workload/delivery"
 	"github.com/tetra-messenger/tetra/workload/history"
 	"github.com/tetra-messenger/tetra/workload/protocol"
 	"github.com/tetra-messenger/tetra/workload/text"
@@ -57,6 +58,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("POST /api/chats/{chatId}/members", s.authed(s.handleAddMember))
 	mux.HandleFunc("DELETE /api/chats/{chatId}/members/{userId}", s.authed(s.handleRemoveMember))
 	mux.HandleFunc("GET /api/chats/{chatId}/messages", s.authed(s.handleMessages))
+	mux.HandleFunc("DELETE /api/chats/{chatId}/messages/{messageId}", s.authed(s.handleDeleteMessage))
 	mux.HandleFunc("GET /ws", s.handleWS)
 	mux.HandleFunc("GET /admin/stats", s.adminOnly(s.handleAdminStats))
 	mux.HandleFunc("POST /admin/rebuild", s.adminOnly(s.handleAdminRebuild))
@@ -404,8 +406,7 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request, user str
 	}
 	out := make([]protocol.Message, len(msgs))
 	for i, m := range msgs {
-		out[i] = protocol.Message{MessageID: m.ID, CorrelationID: m.CorrelationID, ChatID: m.ChatID,
-			SenderID: m.SenderID, Body: m.Body, SentAt: m.SentAt.UTC()}
+		out[i] = delivery.WireMessage(m, "")
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"messages": out, "hasMore": more})
 }

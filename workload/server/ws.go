@@ -531,7 +531,7 @@ func (c *session) handleSend(ctx context.Context, m *protocol.Send, t config.Tun
 	err := c.srv.pipeline.Submit(ingest.Request{
 		Draft: history.Draft{
 			ID: ulid.Make().String(), ChatID: m.ChatID, SenderID: c.user, SenderDevice: c.device,
-			CorrelationID: corr, Body: m.Body, SentAt: time.Now().UTC(),
+			CorrelationID: corr, Body: m.Body, SentAt: time.Now().UTC(), Edits: m.Edits,
 		},
 		Done: func(res history.Result, err error) {
 			c.inflight.Add(-1)

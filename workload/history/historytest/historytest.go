@@ -55,6 +55,12 @@ func Run(t *testing.T, newStore func(t *testing.T) history.Store) {
 		{"ReadState", testReadState},
 		{"SaveReadsKeepsLatest", testSaveReadsKeepsLatest},
 		{"Ping", testPing},
+		{"Edit", testEdit},
+		{"EditRules", testEditRules},
+		{"Delete", testDelete},
+		{"DeleteRules", testDeleteRules},
+		{"EditDeleteOneBatch", testEditDeleteOneBatch},
+		{"UnreadOrdinaryOnly", testUnreadOrdinaryOnly},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

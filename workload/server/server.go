@@ -215,6 +215,7 @@ type Server struct {
 	engine   *delivery.Engine
 	nudger   *nudge.Nudger // nil without Config.Nudge.URL
 	chats    *chatCache
+	typing   typingGate // PROTOCOL.md §7.4 (typing.go)
 	metrics  *metrics.Metrics
 	seenMu   sync.Mutex
 	seen     map[string]struct{} // (user, device) pairs seen connected, for the reconnect count

@@ -465,6 +465,8 @@ func (c *session) handle(ctx context.Context, data []byte) {
 		c.handleRead(ctx, f.Read)
 	case f.Refresh != nil:
 		c.handleRefresh(f.Refresh)
+	case f.Typing != nil:
+		c.handleTyping(ctx, f.Typing)
 	}
 }
 

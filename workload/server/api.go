@@ -59,6 +59,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("DELETE /api/chats/{chatId}/members/{userId}", s.authed(s.handleRemoveMember))
 	mux.HandleFunc("GET /api/chats/{chatId}/messages", s.authed(s.handleMessages))
 	mux.HandleFunc("DELETE /api/chats/{chatId}/messages/{messageId}", s.authed(s.handleDeleteMessage))
+	mux.HandleFunc("GET /api/presence", s.authed(s.handlePresence))
 	mux.HandleFunc("GET /ws", s.handleWS)
 	mux.HandleFunc("GET /admin/stats", s.adminOnly(s.handleAdminStats))
 	mux.HandleFunc("POST /admin/rebuild", s.adminOnly(s.handleAdminRebuild))

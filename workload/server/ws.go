@@ -249,11 +249,13 @@ func (c *session) run() {
 	}
 	c.member = m
 	s.noteConnection(c.user, c.device)
+	s.presence.up(c.user, c.id)
 	c.setExpiry(c.exp)
 	defer c.setExpiry(time.Time{})
 	c.startPinger(ctx)
 	c.reader(ctx)
 	s.engine.Unregister(m)
+	s.presence.down(c.user, c.id)
 	c.Close(int(websocket.StatusNormalClosure), "")
 	<-c.writerGone
 }

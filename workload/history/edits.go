@@ -79,13 +79,26 @@ func checkRefDraft(d Draft) error {
 	return CheckID("target message id", d.ref())
 }
 
+// checkResendRef is CheckResend's rule for edits and deletes: a resend
+// names the same target as the original, and an ordinary send does not
+// resend an edit (or the reverse). It needs orig's Edits and Deletes,
+// which a store reads with the targets (Known.Committed of a batch that
+// HasRefs).
+func checkResendRef(orig Message, d Draft) error {
+	if orig.Edits != d.Edits || orig.Deletes != d.Deletes {
+		return fmt.Errorf("%w: correlationId %q was already used for another message or edit", ErrInvalid, d.CorrelationID)
+	}
+	return nil
+}
+
 // HasRefs reports whether any valid draft edits or deletes a message: only
 // then does a store read targets (Refs) and apply Applies.
 func (p *CommitPlan) HasRefs() bool { return p.refs }
 
 // Refs returns the messageIds the valid drafts edit or delete, in draft
 // order (repeats possible). Known.Targets must hold those that are in
-// history.
+// history, and Known.Committed's messages their Edits and Deletes (read
+// them with the targets: CommittedRefs).
 func (p *CommitPlan) Refs() []string {
 	if !p.refs {
 		return nil
@@ -97,6 +110,18 @@ func (p *CommitPlan) Refs() []string {
 		}
 	}
 	return ids
+}
+
+// CommittedRefs completes, after the store read targets (with the ids of
+// k.Committed's messages among them), k.Committed's Edits and Deletes from
+// k.Targets.
+func CommittedRefs(k *Known) {
+	for key, m := range k.Committed {
+		if t, ok := k.Targets[m.ID]; ok {
+			m.Edits, m.Deletes = t.Edits, t.Deletes
+			k.Committed[key] = m
+		}
+	}
 }
 
 // checkRef applies the rules of PROTOCOL.md §7.3 to draft i, an edit or a

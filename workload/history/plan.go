@@ -200,7 +200,11 @@ func (p *CommitPlan) Decide(k Known) {
 func (p *CommitPlan) duplicate(i int, key Key, k Known) bool {
 	d := p.drafts[i]
 	if orig, ok := k.Committed[key]; ok {
-		if err := CheckResend(orig.ChatID, orig.Body, d); err != nil {
+		err := CheckResend(orig.ChatID, orig.Body, d)
+		if err == nil && p.refs {
+			err = checkResendRef(orig, d)
+		}
+		if err != nil {
 			p.Results[i] = Result{Err: err}
 			return true
 		}
@@ -208,7 +212,11 @@ func (p *CommitPlan) duplicate(i int, key Key, k Known) bool {
 		return true
 	}
 	if j, ok := p.planned[key]; ok {
-		if err := CheckResend(p.drafts[j].ChatID, p.drafts[j].Body, d); err != nil {
+		err := CheckResend(p.drafts[j].ChatID, p.drafts[j].Body, d)
+		if err == nil && (p.drafts[j].isRef() || d.isRef()) {
+			err = checkResendRef(Message{Edits: p.drafts[j].Edits, Deletes: p.drafts[j].Deletes}, d)
+		}
+		if err != nil {
 			p.Results[i] = Result{Err: err}
 			return true
 		}

@@ -94,6 +94,17 @@ func testEdit(t *testing.T, s history.Store) {
 	if o := mustPageOne(t, s, g.ID, orig.ID); o.Body != "hello!" {
 		t.Errorf("a resent edit re-applied its body: %q", o.Body)
 	}
+	// The key of an edit reused for an edit of another message, or for a
+	// plain send with the same body, is refused (PROTOCOL.md §3 rules hold
+	// for edits).
+	other := MustCommit(t, s, Draft(g.ID, "alice", "c4", "other"))[0].Message
+	wantErr(t, "edit key reused for another target", commit(t, s, EditDraft(g.ID, "alice", "c2", other.ID, "hello"))[0].Err, history.ErrInvalid)
+	wantErr(t, "message key reused for an edit", commit(t, s, EditDraft(g.ID, "alice", "c4", orig.ID, "other"))[0].Err, history.ErrInvalid)
+	res2 := commit(t, s, EditDraft(g.ID, "alice", "k1", other.ID, "x"), EditDraft(g.ID, "alice", "k1", orig.ID, "x"))
+	if res2[0].Err != nil {
+		t.Errorf("first edit of a batch: %v", res2[0].Err)
+	}
+	wantErr(t, "edit key reused within a batch for another target", res2[1].Err, history.ErrInvalid)
 }
 
 func mustPageOne(t testing.TB, s history.Store, chatID, id string) history.Message {

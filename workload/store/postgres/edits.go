@@ -77,7 +77,11 @@ func (r *commitRun) readTargets(ctx context.Context, conn *pgxpool.Conn, k *hist
 	if _, err := conn.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, AppendLockKey); err != nil {
 		return unavailable("commit: append lock", err)
 	}
-	rows, err := conn.Query(ctx, targetsQuery, r.plan.Refs())
+	ids := r.plan.Refs()
+	for _, m := range k.Committed {
+		ids = append(ids, m.ID)
+	}
+	rows, err := conn.Query(ctx, targetsQuery, ids)
 	if err != nil {
 		return unavailable("commit: targets", err)
 	}
@@ -98,6 +102,7 @@ func (r *commitRun) readTargets(ctx context.Context, conn *pgxpool.Conn, k *hist
 		return unavailable("commit: targets", err)
 	}
 	k.Admin = func(chatID, user string) bool { return admins[chatID] == user }
+	history.CommittedRefs(k)
 	return nil
 }
 

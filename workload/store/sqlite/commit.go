@@ -118,7 +118,11 @@ func (c *committer) read(plan *history.CommitPlan) (history.Known, error) {
 		return k, err
 	}
 	if plan.HasRefs() { // edits and deletes only (edits.go)
-		if err := c.readTargets(plan.Refs(), &k); err != nil {
+		ids := plan.Refs()
+		for _, m := range k.Committed {
+			ids = append(ids, m.ID)
+		}
+		if err := c.readTargets(ids, &k); err != nil {
 			return k, err
 		}
 	}

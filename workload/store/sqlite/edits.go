@@ -47,7 +47,8 @@ func setKind(m *history.Message, kind int, ref string, editedAt int64, deleted b
 	m.Deleted = deleted
 }
 
-// readTargets reads the messages ids names into k.Targets, and who may
+// readTargets reads the messages ids names (the targets, and the
+// messages under the batch's keys) into k.Targets, and who may
 // delete any message of their chats into k.Admin: a group's creator, its
 // first admin (PROTOCOL.md §7.5; the admins of migration 0004 plug in
 // here).
@@ -86,6 +87,7 @@ func (c *committer) readTargets(ids []string, k *history.Known) error {
 		return unavailable("commit: targets", err)
 	}
 	k.Admin = func(chatID, user string) bool { return admins[chatID] == user }
+	history.CommittedRefs(k)
 	return nil
 }
 

@@ -151,6 +151,15 @@ func TestE2EEditAndDelete(t *testing.T) {
 		}
 		// Unread: bob read nothing; alice's edit and delete are not counted.
 		_, raw = e.call("GET", "/api/chats", e.token("bob"), nil)
+		for _, who := range []string{"alice", "bob"} {
+			_, all := e.call("GET", "/api/chats", e.token(who), nil)
+			_, page := e.call("GET", "/api/chats/"+url.PathEscape(chat.ChatID)+"/messages?limit=500", e.token(who), nil)
+			for _, body := range [][]byte{all, page} {
+				if strings.Contains(string(body), "wrld") || strings.Contains(string(body), "hello world") {
+					t.Errorf("an answer to %s still holds the deleted text: %s", who, body)
+				}
+			}
+		}
 		for _, c := range decode[struct {
 			Chats []chatJSON `json:"chats"`
 		}](t, raw).Chats {

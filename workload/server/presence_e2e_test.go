@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -56,6 +57,15 @@ func TestE2EPresence(t *testing.T) {
 		}
 		if p := e.presenceOf("zed", "bob,alice"); len(p.Presence) != 0 {
 			t.Errorf("zed shares no chat with bob or alice, got %+v", p)
+		}
+		// Bad input: the documented error, nothing else.
+		for _, q := range []string{"", "users=", "users=bob,", "users=" + strings.Repeat("u,", 500) + "u"} {
+			if status, raw := e.call("GET", "/api/presence?"+q, e.token("alice"), nil); status != http.StatusBadRequest {
+				t.Errorf("GET /api/presence?%.40s: %d %s, want 400", q, status, raw)
+			}
+		}
+		if status, _ := e.call("GET", "/api/presence?users=bob", "", nil); status != http.StatusUnauthorized {
+			t.Errorf("GET /api/presence without a token: %d, want 401", status)
 		}
 		b2 := e.dial("bob", dialOpts{device: "b2"})
 		b1.close()

@@ -1,6 +1,7 @@
 package history
 
 import (
+	"context"
 	"fmt"
 	"time"
 )
@@ -197,4 +198,15 @@ func (p *CommitPlan) Applies() []Apply {
 		out = append(out, Apply{Seq: m.Seq, Kind: m.Kind(), Ref: m.Ref(), Target: p.Results[i].Original.Seq, Body: m.Body, At: m.SentAt})
 	}
 	return out
+}
+
+// CoMembers is implemented by stores that can list, in one query, the
+// users who share a chat with a user (PROTOCOL.md §7.4: who is told of its
+// presence, whose presence it may ask for). Callers discover it with a
+// type assertion and fall back to Store.ChatsOf.
+type CoMembers interface {
+	// CoMembers returns the users other than user who are members of a
+	// chat user is a member of, sorted, without repeats. An unknown user
+	// has none. Errors wrap ErrUnavailable.
+	CoMembers(ctx context.Context, user string) ([]string, error)
 }

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tetra-messenger/tetra/workload/history"
 	"github.com/tetra-messenger/tetra/workload/protocol"
 	"github.com/tetra-messenger/tetra/workload/text"
 	"github.com/tetra-messenger/tetra/workload/waterline"
@@ -24,7 +25,8 @@ import (
 // in-process index. Every change is announced as {"type":"presence",
 // "userId","online"[,"lastSeen"]} to the connections of the users who
 // share a chat with the user (read from the store at the change), on
-// every process: one fleet PUBLISH per change (Engine.BroadcastNow). The
+// every process: one fleet PUBLISH per change (Engine.BroadcastNow); the
+// watchers are one store query (history.CoMembers). The
 // process that saw the last connection close settles the user after the
 // grace; if that process dies first, no offline frame is sent, and GET
 // /api/presence reports the user offline once the grace has passed (its
@@ -155,6 +157,9 @@ func (p *presenceTracker) apply(ctx context.Context, ev presenceEvent) {
 
 // watchers returns the users who share a chat with user, not user.
 func (p *presenceTracker) watchers(ctx context.Context, user string) ([]string, error) {
+	if cm, ok := p.s.store.(history.CoMembers); ok {
+		return cm.CoMembers(ctx, user)
+	}
 	chats, err := p.s.store.ChatsOf(ctx, user)
 	if err != nil {
 		return nil, err

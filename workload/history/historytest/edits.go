@@ -296,3 +296,30 @@ func testUnreadOrdinaryOnly(t *testing.T, s history.Store) {
 		t.Fatalf("bob's unread = %+v, want 2 (the two ordinary messages, not the edit and the delete)", chats)
 	}
 }
+
+// testCoMembers: the users who share a chat with a user (history.CoMembers,
+// when the store has it), for presence (PROTOCOL.md §7.4).
+func testCoMembers(t *testing.T, s history.Store) {
+	cm, ok := s.(history.CoMembers)
+	if !ok {
+		t.Skip("the store does not implement history.CoMembers")
+	}
+	mustGroup(t, s, "alice", "g", "bob", "carol")
+	mustDirect(t, s, "alice", "dave")
+	mustDirect(t, s, "bob", "erin")
+	g2 := mustGroup(t, s, "frank", "g2", "alice")
+	if _, _, err := s.RemoveMember(ctxFor(t), g2.ID, "frank", "alice"); err != nil {
+		t.Fatal(err)
+	}
+	for user, want := range map[string]string{
+		"alice": "bob,carol,dave", "bob": "alice,carol,erin", "erin": "bob", "nobody": "", "frank": "",
+	} {
+		got, err := cm.CoMembers(ctxFor(t), user)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Join(got, ",") != want {
+			t.Errorf("CoMembers(%s) = %v, want %s", user, got, want)
+		}
+	}
+}

@@ -61,6 +61,7 @@ func Run(t *testing.T, newStore func(t *testing.T) history.Store) {
 		{"DeleteRules", testDeleteRules},
 		{"EditDeleteOneBatch", testEditDeleteOneBatch},
 		{"UnreadOrdinaryOnly", testUnreadOrdinaryOnly},
+		{"CoMembers", testCoMembers},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -15,6 +15,9 @@ import (
 // re-deliveries.
 const maxScanRounds = 8
 
+// catchUpMinRead is the fewest rows a catch-up round reads (catchUp).
+const catchUpMinRead = 64
+
 func (e *Engine) pollLoop(ctx context.Context) {
 	defer e.wg.Done()
 	for {
@@ -242,19 +245,37 @@ func (e *Engine) catchUp(ctx context.Context, p int32) {
 	if len(open) == 0 {
 		return
 	}
+	// The members take only what their windows have room for, and an
+	// acknowledgement frees a slot or a few: a first read of the full
+	// PollBatch (6,000 rows by default, bodies included) to hand out a
+	// handful was most of the server's CPU whenever windows filled (issue
+	// 22). The first read is a few times the room, and each further round
+	// reads twice as many, up to PollBatch.
+	room := 0
+	for m := range open {
+		m.mu.Lock()
+		room += max(0, t.MaxPending-len(m.out))
+		m.mu.Unlock()
+	}
+	limit := min(t.PollBatch, max(catchUpMinRead, 4*room))
+	// A pass reads at most what maxScanRounds full reads would.
+	budget := maxScanRounds * t.PollBatch
 	reached := false
 	after := from
-	for round := 0; round < maxScanRounds && !reached; round++ {
+	for budget > 0 && !reached {
+		limit = min(limit, budget)
+		budget -= limit
 		cctx, cancel := context.WithTimeout(ctx, e.cfg.StoreTimeout)
-		rows, err := e.outbox.Scan(cctx, p, after, t.PollBatch)
+		rows, err := e.outbox.Scan(cctx, p, after, limit)
 		cancel()
 		if err != nil {
 			e.logger.Warn("poller: catch-up scan of the outbox", "partition", p, "err", err)
 			return
 		}
-		if len(rows) < t.PollBatch {
+		if len(rows) < limit {
 			reached = true
 		}
+		limit = min(t.PollBatch, 2*limit)
 		now := e.now()
 		byMember := map[*Member][]item{}
 		frames := map[string][]byte{}

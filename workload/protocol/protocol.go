@@ -298,7 +298,16 @@ type ClientFrame struct {
 // ("Body", "TYPE"); an unpaired UTF-16 surrogate escape ("\ud800") in any
 // string; a body of only whitespace (unicode.IsSpace). Unknown keys are
 // ignored. DecodeClient never panics, whatever the input.
-func DecodeClient(data []byte, maxBody int) (f ClientFrame, err error) {
+func DecodeClient(data []byte, maxBody int) (ClientFrame, error) {
+	if f, ok := decodeFast(data, maxBody); ok {
+		return f, nil // a plain send or ack (fast.go)
+	}
+	return decodeGeneral(data, maxBody)
+}
+
+// decodeGeneral is DecodeClient for every frame: encoding/json after the
+// rules of strict.go.
+func decodeGeneral(data []byte, maxBody int) (f ClientFrame, err error) {
 	var head struct {
 		Type          string `json:"type"`
 		CorrelationID any    `json:"correlationId"`
@@ -432,14 +441,4 @@ func fieldError(err error) string {
 		return fmt.Sprintf("field %q has the wrong type", te.Field)
 	}
 	return "malformed frame"
-}
-
-// Encode marshals a server frame. Frames are plain structs with no cycles or
-// channels, so an error here is a programming error; Encode panics on it.
-func Encode(frame any) []byte {
-	b, err := json.Marshal(frame)
-	if err != nil {
-		panic(fmt.Sprintf("protocol: encode %T: %v", frame, err))
-	}
-	return b
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestDecodeClient(t *testing.T) {
@@ -201,7 +202,8 @@ func BenchmarkDecodeSend(b *testing.B) {
 
 func BenchmarkEncodeMessage(b *testing.B) {
 	m := Message{Type: TypeMessage, MessageID: "01M8P9XTTE1RN63NE9BG3K7S55", CorrelationID: "k-123456",
-		ChatID: "c_01M8P9XTTE1RN63NE9BG3K7S55", SenderID: "alice", Body: "hello there, how are you doing today?"}
+		ChatID: "c_01M8P9XTTE1RN63NE9BG3K7S55", SenderID: "alice", Body: "hello there, how are you doing today?",
+		SentAt: time.Date(2026, 12, 2, 1, 2, 3, 456789000, time.UTC)}
 	b.ReportAllocs()
 	for b.Loop() {
 		_ = Encode(m)

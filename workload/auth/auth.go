@@ -1,7 +1,9 @@
 package auth
 
 import (
+	"crypto/hmac"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -41,68 +43,128 @@ func NewSigner(secret []byte) (*Signer, error) {
 	return &Signer{secret: append([]byte(nil), secret...)}, nil
 }
 
+// ErrNoSecret is returned by ReadSecret when TETRA_JWT_SECRET is unset and
+// the data directory holds no secret file (yet).
+var ErrNoSecret = errors.New("auth: no token secret")
+
 // LoadSecret returns the secret from env (TETRA_JWT_SECRET's value) when it
 // is not empty; otherwise it reads dataDir/jwt.secret, creating the directory
-// and a new random 32-byte secret when missing.
+// and a new random 32-byte secret (64 hex characters) when the file is
+// missing or empty. The server calls it once it holds the data directory's
+// lock (see server.New).
+//
+// The file is created atomically: the secret is written to a temporary file
+// in dataDir, fsynced, linked to jwt.secret (which fails, without
+// replacing anything, if another process created it first: then theirs is
+// read and used) and the directory fsynced. A crash leaves either no
+// jwt.secret or a complete one, never an empty file; a temporary file left
+// by a crash (jwt.secret.tmp-*) is harmless. A jwt.secret that is empty or
+// only whitespace (what an older version could leave after a crash; nothing
+// can have been signed with it) is replaced the same way, with a rename.
+// Errors: a secret file shorter than MinSecretLen, or I/O.
 func LoadSecret(env, dataDir string) ([]byte, error) {
-	b, _, err := LoadOrCreateSecret(env, dataDir)
-	return b, err
-}
-
-// LoadOrCreateSecret is LoadSecret that also reports whether it created a
-// new secret file (so a caller can warn that tokens signed with it match
-// only servers using the same directory).
-func LoadOrCreateSecret(env, dataDir string) (secret []byte, created bool, err error) {
 	if env != "" {
-		return []byte(env), false, nil
+		return []byte(env), nil
 	}
 	if dataDir == "" {
-		return nil, false, errors.New("auth: no TETRA_JWT_SECRET and no data directory to keep a secret in")
+		return nil, errors.New("auth: no TETRA_JWT_SECRET and no data directory to keep a secret in")
 	}
-	if _, err := os.Stat(filepath.Join(dataDir, SecretFile)); errors.Is(err, os.ErrNotExist) {
-		created = true
+	b, err := ReadSecret("", dataDir)
+	if !errors.Is(err, ErrNoSecret) {
+		return b, err
 	}
-	b, err := loadSecret(dataDir)
-	return b, created && err == nil, err
+	return createSecret(dataDir)
 }
 
-func loadSecret(dataDir string) ([]byte, error) {
+// ReadSecret is LoadSecret that never creates a secret: without
+// TETRA_JWT_SECRET and without dataDir/jwt.secret (or with an empty one) it
+// fails with an error wrapping ErrNoSecret, which says how to get one. It
+// is what `tetra token` uses, so it never mints a token with a fresh secret
+// no server accepts (issue 24, point 6).
+func ReadSecret(env, dataDir string) ([]byte, error) {
+	if env != "" {
+		return []byte(env), nil
+	}
 	path := filepath.Join(dataDir, SecretFile)
 	b, err := os.ReadFile(path)
-	if err == nil {
-		s := strings.TrimSpace(string(b))
-		if len(s) < MinSecretLen {
-			return nil, fmt.Errorf("auth: %s holds a secret shorter than %d bytes", path, MinSecretLen)
-		}
-		return []byte(s), nil
+	if errors.Is(err, os.ErrNotExist) || (err == nil && strings.TrimSpace(string(b)) == "") {
+		return nil, fmt.Errorf("%w: TETRA_JWT_SECRET is unset and %s does not exist or is empty; start the server once with --data %s (it creates the secret there), or set TETRA_JWT_SECRET to the servers' secret", ErrNoSecret, path, dataDir)
 	}
-	if !errors.Is(err, os.ErrNotExist) {
+	if err != nil {
 		return nil, fmt.Errorf("auth: read %s: %w", path, err)
 	}
+	s := strings.TrimSpace(string(b))
+	if len(s) < MinSecretLen {
+		return nil, fmt.Errorf("auth: %s holds a secret shorter than %d bytes", path, MinSecretLen)
+	}
+	return []byte(s), nil
+}
+
+// createSecret writes a new secret to dataDir/jwt.secret atomically (see
+// LoadSecret) and returns the secret in the file afterwards (another
+// process's, if it won).
+func createSecret(dataDir string) ([]byte, error) {
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("auth: create data directory %s: %w", dataDir, err)
 	}
+	path := filepath.Join(dataDir, SecretFile)
 	raw := make([]byte, 32)
 	if _, err := rand.Read(raw); err != nil {
 		return nil, err
 	}
 	s := hex.EncodeToString(raw)
-	// O_EXCL: if another process created it first, use theirs.
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	f, err := os.CreateTemp(dataDir, SecretFile+".tmp-*")
+	if err != nil {
+		return nil, fmt.Errorf("auth: create a temporary file in %s: %w", dataDir, err)
+	}
+	tmp := f.Name()
+	defer os.Remove(tmp) // after the link (or a failure) it is not needed
+	if err := f.Chmod(0o600); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("auth: chmod %s: %w", tmp, err)
+	}
+	if _, err := f.WriteString(s + "\n"); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("auth: write %s: %w", tmp, err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("auth: fsync %s: %w", tmp, err)
+	}
+	if err := f.Close(); err != nil {
+		return nil, fmt.Errorf("auth: close %s: %w", tmp, err)
+	}
+	// Link refuses to replace an existing file: if another process
+	// created jwt.secret meanwhile, use theirs. An existing empty file
+	// (an older version's crash) is replaced by a rename.
+	err = os.Link(tmp, path)
 	if errors.Is(err, os.ErrExist) {
-		return loadSecret(dataDir)
+		if b, rerr := ReadSecret("", dataDir); !errors.Is(rerr, ErrNoSecret) {
+			return b, rerr
+		}
+		err = os.Rename(tmp, path)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("auth: create %s: %w", path, err)
 	}
-	if _, err := f.WriteString(s + "\n"); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("auth: write %s: %w", path, err)
-	}
-	if err := f.Close(); err != nil {
+	if err := syncDir(dataDir); err != nil {
 		return nil, err
 	}
-	return []byte(s), nil
+	return ReadSecret("", dataDir)
+}
+
+// syncDir fsyncs directory dir, so an entry just linked or renamed in it
+// survives a crash.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("auth: open %s: %w", dir, err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("auth: fsync %s: %w", dir, err)
+	}
+	return nil
 }
 
 // ScopeAdmin is the scope claim of admin tokens: they open the /admin
@@ -113,6 +175,21 @@ const ScopeAdmin = "admin"
 type Claims struct {
 	jwt.RegisteredClaims
 	Scope string `json:"scope,omitempty"`
+}
+
+// fingerprintLabel is the fixed message Fingerprint authenticates.
+const fingerprintLabel = "tetra fleet identity: token secret fingerprint v1"
+
+// Fingerprint names the secret without revealing it: "hmac-sha256:" and the
+// first 8 bytes, in hex, of HMAC-SHA256 keyed with the secret over a fixed
+// label. Equal fingerprints mean (but for a 2^-64 chance) equal secrets; a
+// fingerprint tells no more of the secret than any token signed with it
+// (both are HMACs under it). The server records it as part of its fleet's
+// identity (issue 24, point 1).
+func (s *Signer) Fingerprint() string {
+	m := hmac.New(sha256.New, s.secret)
+	m.Write([]byte(fingerprintLabel))
+	return "hmac-sha256:" + hex.EncodeToString(m.Sum(nil)[:8])
 }
 
 // Issue mints a user token for user. ttl <= 0 mints a token without exp.

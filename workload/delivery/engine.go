@@ -104,6 +104,7 @@ type Stats struct {
 	SafeLine        map[int32]int64  `json:"safeLine"`        // last safe-delete line per partition
 	EnqueueFailures int64            `json:"enqueueFailures"` // frames not queued: a connection's queue was full
 	Deferred        int64            `json:"deferred"`        // sends left in the outbox because the push window was full
+	ScanSkipped     int64            `json:"scanSkipped"`     // outbox rows the poller passed without reading: the fast path delivered them all (cover.go)
 	OwnersReaped    int64            `json:"ownersReaped"`    // dead processes whose index state this one reaped
 }
 
@@ -126,6 +127,7 @@ type Engine struct {
 	partitions []int32
 	scanPos    map[int32]*atomic.Int64
 	gc         *collector // the waterline GC (gc.go)
+	cover      *coverage  // commits the fast path delivered whole (cover.go)
 
 	// fastQ has one queue per worker; a connection's items always go to
 	// the same worker, so each connection sees commit order.
@@ -163,6 +165,12 @@ type testHooks struct {
 	// beforeSafeLine runs in every GC pass after the priming check and the
 	// outbox statistics, before the safe line is read.
 	beforeSafeLine func()
+	// afterReset runs in every rebuild right after the index was reset
+	// (its primed flag cleared), with the rebuild's lock held.
+	afterReset func(reason string)
+	// beforePrimingRebuild runs in the GC's priming check once it read an
+	// unprimed (or changed) index, before it takes the rebuild's lock.
+	beforePrimingRebuild func()
 }
 
 // New builds an engine over log and idx. tuning returns the current live
@@ -185,6 +193,7 @@ func New(log outbox.Log, idx waterline.Index, tuning func() config.Tuning, cfg C
 		cfg: cfg, tuning: tuning, outbox: log, idx: idx, logger: logger, now: time.Now,
 		reg:      newRegistry(),
 		scanPos:  map[int32]*atomic.Int64{},
+		cover:    newCoverage(),
 		fastQ:    makeQueues(cfg.Concurrency, cfg.FastQueue),
 		pollWake: make(chan struct{}, 1),
 		wakeOut:  make(chan struct{}, 1),
@@ -511,6 +520,7 @@ func (e *Engine) Stats() Stats {
 	s.Acks = e.acks.Load()
 	s.EnqueueFailures = e.enqF.Load()
 	s.Deferred = e.deferred.Load()
+	s.ScanSkipped = e.cover.skipped.Load()
 	s.Behind = e.reg.laggingCount()
 	return s
 }

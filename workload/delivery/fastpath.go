@@ -11,7 +11,8 @@ import (
 )
 
 type fastItem struct {
-	m *Member
+	m   *Member
+	cov *coverRange // the commit's range (cover.go); nil when not covered
 	item
 }
 
@@ -47,16 +48,21 @@ func FromResults(results []history.Result) []Committed {
 // on this process to the nudge sink (Config.Nudges).
 func (e *Engine) Handoff(batch []Committed) {
 	shed := false
+	covs := e.coverBatch(batch)
 	for i := range batch {
 		c := &batch[i]
 		frame := MessageFrame(c.Message)
 		for _, d := range c.Rows {
+			cov := covs[d.Partition]
 			for _, m := range e.reg.ofUser(d.Recipient) {
 				if d.Recipient == c.Message.SenderID && m.client.Device == c.Message.SenderDevice {
 					continue
 				}
-				it := fastItem{m: m, item: item{entry: waterline.Entry{MessageID: c.Message.ID, Partition: d.Partition, Pos: d.Pos}, frame: frame,
+				it := fastItem{m: m, cov: cov, item: item{entry: waterline.Entry{MessageID: c.Message.ID, Partition: d.Partition, Pos: d.Pos}, frame: frame,
 					chat: c.Message.ChatID, seq: c.Message.Seq, sentAt: c.Message.SentAt}}
+				if cov != nil {
+					cov.pending.Add(1)
+				}
 				select {
 				case e.fastQ[m.shard] <- it:
 				default:
@@ -65,11 +71,18 @@ func (e *Engine) Handoff(batch []Committed) {
 						m.shed[d.Partition] = d.Pos
 					}
 					m.mu.Unlock()
+					if cov != nil {
+						cov.dirty.Store(true) // the poller delivers it
+						cov.pending.Add(-1)
+					}
 					e.shed.Add(1)
 					shed = true
 				}
 			}
 		}
+	}
+	for _, cov := range covs {
+		cov.sealed.Store(true)
 	}
 	if shed {
 		e.wakePoller()
@@ -82,6 +95,27 @@ func (e *Engine) Handoff(batch []Committed) {
 	if len(batch) > 0 {
 		e.publishWake()
 	}
+}
+
+// coverBatch records the batch's rows per partition as commit ranges
+// (cover.go); a partition whose rows are not one contiguous run gets none.
+func (e *Engine) coverBatch(batch []Committed) map[int32]*coverRange {
+	var byPart map[int32][]int64
+	for i := range batch {
+		for _, d := range batch[i].Rows {
+			if byPart == nil {
+				byPart = map[int32][]int64{}
+			}
+			byPart[d.Partition] = append(byPart[d.Partition], d.Pos)
+		}
+	}
+	covs := make(map[int32]*coverRange, len(byPart))
+	for p, positions := range byPart {
+		if r := e.cover.add(p, positions); r != nil {
+			covs[p] = r
+		}
+	}
+	return covs
 }
 
 // MessageFrame encodes the message frame for m (PROTOCOL.md §3).
@@ -141,15 +175,32 @@ func (e *Engine) fastWorker(ctx context.Context, q chan fastItem) {
 func (e *Engine) deliverFast(batch []fastItem) {
 	window := e.tuning().MaxPending
 	byMember := map[*Member][]item{}
+	// The items' commit ranges are told the items are handled once their
+	// sends are recorded and queued (below).
+	defer func() {
+		for _, it := range batch {
+			if it.cov != nil {
+				it.cov.pending.Add(-1)
+			}
+		}
+	}()
 	for _, it := range batch {
 		m := it.m
 		k := pkey{it.entry.Partition, it.entry.Pos}
 		m.mu.Lock()
-		if k.pos <= m.horizon[k.p] || m.isBehind(k.p) {
+		if h := m.horizon[k.p]; k.pos <= h || m.isBehind(k.p) {
+			if it.cov != nil && (h == maxPos || k.pos > h) {
+				// Registering, or behind: the poller decides (a catch-up
+				// that ends below this row leaves it to the scan).
+				it.cov.dirty.Store(true)
+			}
 			m.mu.Unlock() // examined already, or the catch-up delivers it in order
 			continue
 		}
 		if _, shedding := m.shed[k.p]; shedding {
+			if it.cov != nil {
+				it.cov.dirty.Store(true)
+			}
 			m.mu.Unlock() // the poller delivers it, in order
 			continue
 		}
@@ -165,6 +216,9 @@ func (e *Engine) deliverFast(batch []fastItem) {
 		case slotRefused:
 			// The window is full: the row waits in the outbox and the
 			// poller sends it as acknowledgements free the window.
+			if it.cov != nil {
+				it.cov.dirty.Store(true)
+			}
 			m.shed[k.p] = k.pos
 			m.mu.Unlock()
 			e.deferred.Add(1)

@@ -59,26 +59,56 @@ func (g *collector) loop(ctx context.Context) {
 
 // ensurePrimed rebuilds the index when it is not primed or its server's
 // identity changed since it was primed. It returns the current identity.
+//
+// The state is read twice: first without the rebuild's lock (the common
+// case, primed, costs no lock), then, when that read asks for a rebuild,
+// again under the lock. A rebuild that was running during the first read
+// (its reset clears the primed flag until it marks the index primed again)
+// has finished by the second, which then finds the index primed: the GC
+// does not follow a requested or failover rebuild with a spurious
+// cold-start one (issue 24: a pod rebuilt a third time, reason cold-start,
+// 28 ms after the requested rebuild of a Sentinel failover).
 func (e *Engine) ensurePrimed(ctx context.Context) (string, error) {
+	id, _, reason, err := e.primingNeeded(ctx)
+	if err != nil || reason == "" {
+		return id, err
+	}
+	if h := e.hooks.beforePrimingRebuild; h != nil {
+		h()
+	}
+	e.idxMu.Lock()
+	defer e.idxMu.Unlock()
+	id, was, reason, err := e.primingNeeded(ctx)
+	if err != nil || reason == "" {
+		return id, err
+	}
+	if reason == RebuildIdentity {
+		e.logger.Warn("waterline index server changed identity; rebuilding before any delete", "was", was, "now", id)
+	}
+	return id, e.rebuildLocked(ctx, reason)
+}
+
+// primingNeeded reads the index's state and its server's identity (id;
+// was: the identity it was primed with) and says which rebuild they call
+// for: "" (none), RebuildColdStart (not primed) or RebuildIdentity (primed
+// with another server's identity: a failover).
+func (e *Engine) primingNeeded(ctx context.Context) (id, was, reason string, err error) {
 	cctx, cancel := context.WithTimeout(ctx, e.cfg.StoreTimeout)
+	defer cancel()
 	st, err := e.idx.State(cctx)
 	if err != nil {
-		cancel()
-		return "", fmt.Errorf("delivery: read index state: %w", err)
+		return "", "", "", fmt.Errorf("delivery: read index state: %w", err)
 	}
-	id, err := e.idx.Identity(cctx)
-	cancel()
-	if err != nil {
-		return "", fmt.Errorf("delivery: read index identity: %w", err)
+	if id, err = e.idx.Identity(cctx); err != nil {
+		return "", "", "", fmt.Errorf("delivery: read index identity: %w", err)
 	}
 	switch {
 	case !st.Primed:
-		return id, e.Rebuild(ctx, RebuildColdStart)
+		return id, st.Identity, RebuildColdStart, nil
 	case st.Identity != id:
-		e.logger.Warn("waterline index server changed identity; rebuilding before any delete", "was", st.Identity, "now", id)
-		return id, e.Rebuild(ctx, RebuildIdentity)
+		return id, st.Identity, RebuildIdentity, nil
 	}
-	return id, nil
+	return id, st.Identity, "", nil
 }
 
 // GCOnce runs one GC pass and returns the rows it deleted (see

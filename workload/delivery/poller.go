@@ -159,6 +159,12 @@ func (e *Engine) scan(ctx context.Context, p int32) {
 	pos := e.scanPos[p]
 	for round := 0; round < maxScanRounds; round++ {
 		after := pos.Load()
+		if next := e.cover.pass(p, after); next > after {
+			// The fast path delivered these commits whole (cover.go).
+			after = next
+			pos.Store(after)
+			e.pruneAhead(p, after)
+		}
 		cctx, cancel := context.WithTimeout(ctx, e.cfg.StoreTimeout)
 		rows, err := e.outbox.Scan(cctx, p, after, t.PollBatch)
 		cancel()

@@ -24,9 +24,17 @@ import (
 func (e *Engine) Rebuild(ctx context.Context, reason string) error {
 	e.idxMu.Lock()
 	defer e.idxMu.Unlock()
+	return e.rebuildLocked(ctx, reason)
+}
+
+// rebuildLocked is Rebuild with idxMu held.
+func (e *Engine) rebuildLocked(ctx context.Context, reason string) error {
 	start := time.Now()
 	if err := e.idx.Reset(ctx); err != nil {
 		return fmt.Errorf("delivery: rebuild: reset index: %w", err)
+	}
+	if h := e.hooks.afterReset; h != nil {
+		h(reason) // tests: the flag is cleared until MarkPrimed below
 	}
 	// Between the reset and the restore this process's connections pin
 	// nothing; a hold at the bottom of every partition keeps another

@@ -28,6 +28,12 @@ var (
 	// ErrUnavailable: the store could not be reached or failed; nothing was
 	// written. Callers answer "overloaded" to sends and 503 to HTTP calls.
 	ErrUnavailable = errors.New("history: store unavailable")
+	// ErrStorageFull: the store answered but has no room to write (SQLite
+	// SQLITE_FULL, PostgreSQL SQLSTATE 53100 disk_full); it always comes
+	// with ErrUnavailable. Unlike an outage, a small write may still fit,
+	// so only a group commit that succeeds proves it over (server
+	// readiness).
+	ErrStorageFull = errors.New("history: store full")
 )
 
 // MaxUnread caps Chat.Unread: counting stops there, so the count costs at
@@ -242,4 +248,30 @@ type Read struct {
 	// the user's other devices, not to it. Not stored.
 	Device string
 	At     time.Time
+}
+
+// FleetRecorder is implemented by the stores (SQLite and PostgreSQL) to
+// keep the identity of the fleet of processes using the database: one value
+// in the store's meta table (tetra_meta, key "fleet"), opaque to the store.
+// The server writes it at start and reads it to name what differs when it
+// refuses a process that disagrees with the running fleet (issue 24,
+// point 1; see server.fleetIdentity).
+type FleetRecorder interface {
+	// Fleet returns the recorded identity; "" when none was recorded.
+	// Errors wrap ErrUnavailable.
+	Fleet(ctx context.Context) (string, error)
+	// SetFleet records identity, replacing any earlier one. Errors wrap
+	// ErrUnavailable.
+	SetFleet(ctx context.Context, identity string) error
+}
+
+// WriteProber is implemented by the stores (SQLite and PostgreSQL): one
+// small committed write transaction (the meta table's outbox_id row
+// rewritten with its own value), to tell whether the store takes writes
+// again without waiting for the next group commit. GET /readyz uses it
+// while recent commits failed (server.handleReady; issue 24, point 2).
+type WriteProber interface {
+	// ProbeWrite commits one small write; nil means the store took it.
+	// Errors wrap ErrUnavailable.
+	ProbeWrite(ctx context.Context) error
 }

@@ -66,7 +66,8 @@ type Metrics struct {
 	presence     prometheus.Counter
 	readFailed   *prometheus.CounterVec
 	nudgeLat     prometheus.Histogram
-	x            extra // http.go
+	degraded     *prometheus.GaugeVec // degraded.go
+	x            extra                // http.go
 }
 
 // Reasons of tetra_read_receipts_failed_total.
@@ -126,6 +127,7 @@ func New(snapshot func(ctx context.Context) (Snapshot, error)) *Metrics {
 	}
 	m.x = newExtra(reg)
 	m.nudgeLat = newNudgeLatency(reg)
+	m.degraded = newDegraded(reg)
 	f(collectors.NewGoCollector())
 	f(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	f(&scrape{snapshot: snapshot})

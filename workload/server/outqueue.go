@@ -77,6 +77,18 @@ func (q *outQueue) pushAnswer(f []byte) bool {
 	}
 }
 
+// discard drops every queued frame; only before the writer starts (a
+// connection refused before hello, PROTOCOL.md §7.8).
+func (q *outQueue) discard() {
+	for {
+		select {
+		case <-q.frames:
+		default:
+			return
+		}
+	}
+}
+
 // next is the channel the writer takes frames from; after each frame it
 // takes it calls took.
 func (q *outQueue) next() <-chan []byte { return q.frames }

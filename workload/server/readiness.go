@@ -2,10 +2,13 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/tetra-messenger/tetra/workload/history"
 )
 
 // CommitFailureWindow is how long a failed group commit keeps /readyz at
@@ -22,14 +25,15 @@ type commitHealth struct {
 	failedSince time.Time // first failure after the last success; zero when the last commit succeeded
 	lastFailure time.Time
 	lastErr     string
-	failures    int // since the last success
+	failures    int  // since the last success
+	full        bool // a failure since the last success was history.ErrStorageFull
 }
 
 func (h *commitHealth) succeeded() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.lastOK = time.Now()
-	h.failedSince, h.failures, h.lastErr = time.Time{}, 0, ""
+	h.failedSince, h.failures, h.lastErr, h.full = time.Time{}, 0, "", false
 }
 
 func (h *commitHealth) failed(err error) {
@@ -41,6 +45,16 @@ func (h *commitHealth) failed(err error) {
 	}
 	h.lastFailure, h.lastErr = now, err.Error()
 	h.failures++
+	h.full = h.full || errors.Is(err, history.ErrStorageFull)
+}
+
+// probeable reports whether a write probe may end the failure: commits
+// failed, but none for want of room (a full store may take a small write
+// and still refuse the commits; only a commit that succeeds proves it).
+func (h *commitHealth) probeable(now time.Time) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return !h.failedSince.IsZero() && now.Sub(h.lastFailure) <= CommitFailureWindow && !h.full
 }
 
 // check returns "" when commits are healthy, else why not: the last commit
@@ -55,12 +69,27 @@ func (h *commitHealth) check(now time.Time) string {
 		h.failures, h.failedSince.UTC().Format(time.RFC3339), truncate(h.lastErr, 300))
 }
 
-// handleReady answers GET /readyz: 200 when every check passes, else 503,
-// with {"store":..., "index":..., "commits":...} (and "outbox" in Kafka
-// mode), each "ok" or why not. "store", "index" and "outbox" ask the
-// backend; "commits" says whether recent group commits failed (a store that
-// answers pings but cannot write, such as SQLite on a full disk, is not
-// ready). The backend checks run at once and each gets what is left of
+// handleReady answers GET /readyz with one entry per check, each "ok" or
+// why not: "store" (a ping), "index" (its stats), "outbox" (Kafka mode: the
+// topic's head) and "commits" (whether recent group commits failed: a store
+// that answers pings but cannot write, such as SQLite on a full disk, is
+// not ready), plus "status": "ok", "degraded" or "not ready".
+//
+// 200 when the store, the outbox and the commits are ok, else 503. The
+// index does not decide readiness (issue 24, point 2): while it fails the
+// answer is 200 with "status":"degraded" and "degraded" saying why (the
+// HTTP API and history work; new sockets are refused with 1013), so a Redis
+// outage does not take the pods out of their Service.
+//
+// While commits have failed (commitHealth), the store is probed with one
+// small write (history.WriteProber) instead of waiting for the next group
+// commit or the end of CommitFailureWindow: once the store takes writes
+// again, /readyz is 200 at its next call (before: up to 10 s later). A
+// store that reported itself full (history.ErrStorageFull) is not probed:
+// a small write may fit where a commit does not, so there only a commit
+// that succeeds (or the window's end) ends it, as before.
+//
+// The backend checks run at once and each gets what is left of
 // Config.ReadyTimeout: one that has not answered by then reports a timeout,
 // so the answer comes within ReadyTimeout even when a store hangs (its
 // backends stopped, its host stalled).
@@ -80,6 +109,15 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 		// The outbox topic's head: a metadata and a ListOffsets round trip.
 		checks["outbox"] = func(ctx context.Context) error { _, err := s.outbox.Head(ctx, 0); return err }
 	}
+	if s.prober != nil && s.commits.probeable(time.Now()) {
+		checks["commits"] = func(ctx context.Context) error {
+			if err := s.prober.ProbeWrite(ctx); err != nil {
+				return err
+			}
+			s.commits.succeeded()
+			return nil
+		}
+	}
 	results := make(chan result, len(checks)) // buffered: a late check never blocks
 	for name, check := range checks {
 		go func() {
@@ -91,7 +129,6 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 		}()
 	}
 	out := map[string]string{}
-	status := http.StatusOK
 	for name := range checks {
 		out[name] = fmt.Sprintf("no answer within %v", s.cfg.ReadyTimeout)
 	}
@@ -107,14 +144,32 @@ wait:
 			break wait
 		}
 	}
+	if out["index"] == "ok" {
+		s.noteIndex(nil)
+	} else {
+		s.noteIndex(errors.New(out["index"]))
+	}
 	out["commits"] = "ok"
 	if why := s.commits.check(time.Now()); why != "" {
 		out["commits"] = why
 	}
-	for _, v := range out {
-		if v != "ok" {
+	status := http.StatusOK
+	for name, v := range out {
+		if v != "ok" && name != "index" {
 			status = http.StatusServiceUnavailable
 		}
+	}
+	why := s.Degraded()
+	if why != "" {
+		out["degraded"] = why
+	}
+	switch {
+	case status != http.StatusOK:
+		out["status"] = "not ready"
+	case why != "":
+		out["status"] = "degraded"
+	default:
+		out["status"] = "ok"
 	}
 	writeJSON(w, status, out)
 }

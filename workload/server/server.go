@@ -248,6 +248,10 @@ type Server struct {
 	tuningUnknown string // the unknown tuning file names last warned about (tuning.go)
 
 	commits commitHealth // recent group-commit outcomes, for /readyz
+	// prober is the unwrapped store's write probe (nil if it has none),
+	// used by /readyz while commits fail (readiness.go).
+	prober history.WriteProber
+	health liveHealth // the index's last check (degraded.go)
 }
 
 // New opens the stores named by cfg, primes the waterline index and builds
@@ -260,15 +264,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	secret, err := auth.LoadSecret(cfg.JWTSecret, cfg.DataDir)
-	if err != nil {
-		return nil, err
-	}
-	signer, err := auth.NewSigner(secret)
-	if err != nil {
-		return nil, err
-	}
-	s := &Server{cfg: cfg, log: log, signer: signer, perUser: map[string]int{}}
+	s := &Server{cfg: cfg, log: log, perUser: map[string]int{}}
 	t := cfg.Tuning
 	s.tuning.Store(&t)
 	if cfg.TuningDir != "" {
@@ -297,6 +293,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	dcfg := cfg.Delivery
 	dcfg.OnDelivered = s.metrics.Delivered
 	dcfg.OnExcluded = s.chats.forget
+	var err error
 	if s.nudger, err = s.newNudger(); err != nil {
 		s.closer()
 		return nil, err
@@ -389,6 +386,16 @@ func (s *Server) openStores(ctx context.Context) error {
 		return fmt.Errorf("server: --store %q: supported: sqlite (default, in --data), sqlite:///path.db, postgres://user@host:5432/db", config.RedactURL(store))
 	}
 	s.outboxKind = s.storeKind
+	// The secret is read (or created) only now that the embedded default's
+	// data directory is locked (issue 24, point 6).
+	secret, err := auth.LoadSecret(s.cfg.JWTSecret, s.cfg.DataDir)
+	if err == nil {
+		s.signer, err = auth.NewSigner(secret)
+	}
+	if err != nil {
+		s.closer()
+		return err
+	}
 	if kafkaMode {
 		klog, err := kafka.Open(ctx, kcfg)
 		if err != nil {
@@ -431,8 +438,9 @@ func (s *Server) openStores(ctx context.Context) error {
 		closeStore()
 		return fmt.Errorf("server: --index %q: supported: memory (default), redis://host:6379/0, rediss://..., sentinel (with --index-sentinel-addrs and --index-sentinel-master)", config.RedactURL(idx))
 	}
+	fleet := s.fleetIdentity()
 	if db, ok := s.store.(*postgres.DB); ok {
-		if err := s.lockInstance(ctx, db); err != nil {
+		if err := s.lockInstance(ctx, db, fleet); err != nil {
 			s.closer()
 			return err
 		}
@@ -441,6 +449,13 @@ func (s *Server) openStores(ctx context.Context) error {
 			return err
 		}
 	}
+	// Recorded once no running process disagrees (lockInstance), for the
+	// next process's refusal to name what differs (issue 24, point 1).
+	if err := s.recordFleet(ctx, fleet); err != nil {
+		s.closer()
+		return err
+	}
+	s.prober, _ = s.store.(history.WriteProber)
 	if s.cfg.WrapStore != nil {
 		s.store = s.cfg.WrapStore(s.store)
 	}
@@ -451,15 +466,24 @@ func (s *Server) openStores(ctx context.Context) error {
 // on the same PostgreSQL database (its GC would delete rows the other's
 // clients have not acknowledged, and theirs its own), and refuses a shared
 // index next to an in-process one; processes on a shared (Redis) index may
-// be many. The lock is released when the store closes.
-func (s *Server) lockInstance(ctx context.Context, db *postgres.DB) error {
+// be many, as long as they are one fleet: the same Redis deployment, key
+// prefix and token secret (fleetIdentity; a process of another identity
+// than a running one's is refused). The lock is released when the store
+// closes.
+func (s *Server) lockInstance(ctx context.Context, db *postgres.DB, fleet fleetIdentity) error {
 	exclusive := s.indexKind == "memory"
 	prefix := s.cfg.IndexPrefix
 	if prefix == "" {
 		prefix = redisidx.DefaultPrefix
 	}
-	release, err := db.LockInstance(ctx, exclusive, prefix)
+	release, err := db.LockInstance(ctx, exclusive, prefix, fleet.lockName())
 	switch {
+	case errors.Is(err, postgres.ErrOtherFleet):
+		recorded, rerr := db.Fleet(ctx)
+		if rerr != nil {
+			recorded = ""
+		}
+		return s.otherFleetError(fleet, recorded)
 	case errors.Is(err, postgres.ErrOtherNamespace):
 		return fmt.Errorf("server: another tetra process uses the PostgreSQL database at %s with a different --index-prefix; every process on one database must share one Redis and one --index-prefix (%q here), or their GCs delete rows each other's clients have not acknowledged", config.RedactURL(s.cfg.Store), prefix)
 	case errors.Is(err, postgres.ErrInstanceLocked) && exclusive:
@@ -569,9 +593,10 @@ func (s *Server) Start(ctx context.Context) error {
 	}
 	bgctx, cancel := context.WithCancel(context.Background())
 	s.bgCancel = cancel
-	s.bg.Add(3)
+	s.bg.Add(4)
 	go s.presence.run(bgctx)
 	go s.retentionLoop(bgctx)
+	go s.healthLoop(bgctx)
 	s.series = &seriesRing{}
 	go s.sampleLoop(bgctx, s.series)
 	if s.cfg.TuningDir != "" {

@@ -235,6 +235,9 @@ func (c *session) run() {
 	rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
 	m, err := s.engine.Register(rctx, c)
 	rcancel()
+	if err != nil && !errors.Is(err, delivery.ErrSuperseded) {
+		c.out.discard() // refused before hello (PROTOCOL.md §7.8)
+	}
 	go c.writer(ctx)
 	if errors.Is(err, delivery.ErrSuperseded) {
 		c.Close(protocol.CloseSuperseded, "superseded by a newer connection of the same device")

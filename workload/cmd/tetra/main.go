@@ -344,12 +344,11 @@ func token(args []string, stdout, stderr io.Writer) error {
 	if *ttl < 0 {
 		return fmt.Errorf("--ttl must be >= 0 (0: no expiry), got %v", *ttl)
 	}
-	secret, created, err := auth.LoadOrCreateSecret(os.Getenv("TETRA_JWT_SECRET"), *dataDir)
+	// Never create a secret here: a token signed with a secret no server
+	// has would be refused by every server (issue 24, point 6).
+	secret, err := auth.ReadSecret(os.Getenv("TETRA_JWT_SECRET"), *dataDir)
 	if err != nil {
 		return err
-	}
-	if created {
-		fmt.Fprintf(stderr, "tetra token: no secret in %s yet, created one; only a server using --data %s (or the same TETRA_JWT_SECRET) accepts this token\n", *dataDir, *dataDir)
 	}
 	signer, err := auth.NewSigner(secret)
 	if err != nil {

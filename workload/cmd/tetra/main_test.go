@@ -7,10 +7,12 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/tetra-messenger/tetra/internal/testenv"
+	"github.com/tetra-messenger/tetra/workload/auth"
 )
 
 // Unreachable stores at start: exit non-zero with an error naming which and
@@ -42,8 +44,44 @@ func TestServeRefusesUnreachableStores(t *testing.T) {
 	}
 }
 
-func TestTokenPrintsOnlyTheToken(t *testing.T) {
+// secretDir returns a data directory holding a secret, as one a server has
+// run on does.
+func secretDir(t *testing.T) string {
 	dir := t.TempDir()
+	if _, err := auth.LoadSecret("", dir); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// tetra token against a data directory without a secret refuses, naming
+// the file and TETRA_JWT_SECRET, prints no token and creates nothing
+// (issue 24, point 6). Before, it created a secret of its own and printed
+// a token no server accepted.
+func TestTokenRefusesWithoutASecret(t *testing.T) {
+	t.Setenv("TETRA_JWT_SECRET", "")
+	dir := filepath.Join(t.TempDir(), "data")
+	var out, errb bytes.Buffer
+	if code := run([]string{"token", "--user", "alice", "--data", dir}, &out, &errb); code == 0 || out.Len() != 0 {
+		t.Fatalf("exit %d, stdout %q: want refused, no token", code, out.String())
+	}
+	for _, w := range []string{filepath.Join(dir, auth.SecretFile), "TETRA_JWT_SECRET", "--data"} {
+		if !strings.Contains(errb.String(), w) {
+			t.Errorf("the error does not name %q: %s", w, errb.String())
+		}
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("tetra token created %s", dir)
+	}
+	t.Setenv("TETRA_JWT_SECRET", "a-secret-from-the-environment")
+	out.Reset()
+	if code := run([]string{"token", "--user", "alice", "--data", dir}, &out, &errb); code != 0 || strings.Count(out.String(), ".") != 2 {
+		t.Errorf("with TETRA_JWT_SECRET: exit %d, stdout %q", code, out.String())
+	}
+}
+
+func TestTokenPrintsOnlyTheToken(t *testing.T) {
+	dir := secretDir(t)
 	var out, errb bytes.Buffer
 	if code := run([]string{"token", "--user", "alice", "--data", dir}, &out, &errb); code != 0 {
 		t.Fatalf("exit %d: %s", code, errb.String())
@@ -58,7 +96,7 @@ func TestTokenPrintsOnlyTheToken(t *testing.T) {
 // refused naming both, and prints no token (issue 13, point 7). Before, the
 // --user was silently ignored and an admin token printed.
 func TestTokenRefusesAdminWithUser(t *testing.T) {
-	dir := t.TempDir()
+	dir := secretDir(t)
 	for _, tc := range []struct {
 		name string
 		args []string

@@ -62,6 +62,8 @@ func Run(t *testing.T, newStore func(t *testing.T) history.Store) {
 		{"EditDeleteOneBatch", testEditDeleteOneBatch},
 		{"UnreadOrdinaryOnly", testUnreadOrdinaryOnly},
 		{"CoMembers", testCoMembers},
+		{"FleetRecord", testFleetRecord},
+		{"ProbeWrite", testProbeWrite},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -1074,5 +1076,74 @@ func testSaveReads(t *testing.T, s history.Store) {
 func testPing(t *testing.T, s history.Store) {
 	if err := s.Ping(ctxFor(t)); err != nil {
 		t.Errorf("Ping: %v", err)
+	}
+}
+
+// testFleetRecord: a fresh store has no fleet identity; SetFleet records
+// one, a later SetFleet replaces it, and the outbox id (the other meta
+// fact) is untouched (history.FleetRecorder; issue 24, point 1).
+func testFleetRecord(t *testing.T, s history.Store) {
+	ctx := ctxFor(t)
+	fr, ok := s.(history.FleetRecorder)
+	if !ok {
+		t.Fatalf("%T does not implement history.FleetRecorder", s)
+	}
+	var idBefore string
+	log, hasLog := s.(outbox.Log)
+	if hasLog {
+		var err error
+		if idBefore, err = log.ID(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if v, err := fr.Fleet(ctx); err != nil || v != "" {
+		t.Fatalf("fresh store: Fleet = %q, %v; want \"\", nil", v, err)
+	}
+	for _, want := range []string{`{"redis":"127.0.0.1:6379 db 0"}`, `{"redis":"127.0.0.1:6379 db 1"}`} {
+		if err := fr.SetFleet(ctx, want); err != nil {
+			t.Fatal(err)
+		}
+		if v, err := fr.Fleet(ctx); err != nil || v != want {
+			t.Fatalf("after SetFleet(%q): Fleet = %q, %v", want, v, err)
+		}
+	}
+	if hasLog {
+		if id, err := log.ID(ctx); err != nil || id != idBefore {
+			t.Fatalf("outbox id %q (%v) after SetFleet, was %q", id, err, idBefore)
+		}
+	}
+}
+
+// testProbeWrite: the write probe succeeds on a working store and changes
+// nothing a client or the outbox can see (history.WriteProber).
+func testProbeWrite(t *testing.T, s history.Store) {
+	ctx := ctxFor(t)
+	p, ok := s.(history.WriteProber)
+	if !ok {
+		t.Fatalf("%T does not implement history.WriteProber", s)
+	}
+	chat := mustDirect(t, s, "alice", "bob")
+	MustCommit(t, s, Draft(chat.ID, "alice", "c1", "hello"))
+	before := maybeHeads(t, s)
+	var idBefore string
+	log, hasLog := s.(outbox.Log)
+	if hasLog {
+		idBefore, _ = log.ID(ctx)
+	}
+	for range 3 {
+		if err := p.ProbeWrite(ctx); err != nil {
+			t.Fatalf("ProbeWrite on a working store: %v", err)
+		}
+	}
+	if got := PageAll(t, s, chat.ID, "", 100); len(got) != 1 {
+		t.Fatalf("history holds %d messages after the probes, want 1", len(got))
+	}
+	if hasLog {
+		if id, _ := log.ID(ctx); id != idBefore {
+			t.Fatalf("outbox id %q after the probes, was %q", id, idBefore)
+		}
+		if after := maybeHeads(t, s); fmt.Sprint(after) != fmt.Sprint(before) {
+			t.Fatalf("outbox heads %v after the probes, were %v", after, before)
+		}
 	}
 }

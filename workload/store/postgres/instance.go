@@ -28,6 +28,17 @@ var ErrInstanceLocked = errors.New("postgres: another tetra process holds the in
 // each GC would delete rows the other's clients have not acknowledged.
 var ErrOtherNamespace = errors.New("postgres: another tetra process uses this database with a different index namespace")
 
+// ErrOtherFleet is returned by LockInstance when a process of another fleet
+// identity (another Redis, key prefix or token secret: the caller's fleet
+// argument) holds its fleet lock on the database.
+var ErrOtherFleet = errors.New("postgres: another tetra process uses this database with a different fleet identity")
+
+// fleetLockClass is the first key of the two-key advisory lock a
+// shared-index process holds on its fleet identity (the second key is a
+// hash of the identity); it shows in pg_locks as classid 0x74657466
+// ("tetf") with objsubid 2.
+const fleetLockClass int32 = 0x74657466
+
 // namespaceLockClass is the first key of the two-key advisory lock a
 // shared-index process holds on its namespace (the second key is a hash of
 // the namespace); it shows in pg_locks as classid 0x74657470 with
@@ -45,8 +56,13 @@ const namespaceLockClass int32 = 0x74657470
 // With a shared index, namespace names it (the Redis key prefix): the
 // process also holds a shared lock on the namespace and fails with
 // ErrOtherNamespace, without waiting, when another session holds one on a
-// different namespace.
-func (db *DB) LockInstance(ctx context.Context, exclusive bool, namespace string) (release func(), err error) {
+// different namespace. Likewise fleet, when not empty, names the whole fleet
+// identity (the Redis deployment, the prefix, the token secret's
+// fingerprint): a shared lock on it, and ErrOtherFleet when another session
+// holds one on a different identity. The namespace check is kept apart so
+// that processes of an older version, which hold only that one, are still
+// told apart by prefix during a rolling upgrade.
+func (db *DB) LockInstance(ctx context.Context, exclusive bool, namespace, fleet string) (release func(), err error) {
 	conn, err := db.pool.Acquire(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: instance lock: %w", err)
@@ -65,32 +81,52 @@ func (db *DB) LockInstance(ctx context.Context, exclusive bool, namespace string
 		return nil, ErrInstanceLocked
 	}
 	if !exclusive {
-		h := fnv.New32a()
-		h.Write([]byte(namespace))
-		key := int32(h.Sum32())
-		var others int
-		err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock_shared($1::int4, $2::int4)`, namespaceLockClass, key).Scan(&ok)
-		if err == nil {
-			err = conn.QueryRow(ctx, `SELECT count(*) FROM pg_locks
-				WHERE locktype = 'advisory' AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
-				AND classid = $1::int4::oid AND objsubid = 2 AND objid <> ($2::int4::bigint & 4294967295)::oid AND granted`,
-				namespaceLockClass, key).Scan(&others)
-		}
-		if err != nil {
-			conn.Conn().Close(ctx)
-			conn.Release()
-			return nil, fmt.Errorf("postgres: instance lock: %w", err)
-		}
-		if others > 0 {
-			conn.Conn().Close(ctx) // ends the session and its locks
-			conn.Release()
-			return nil, ErrOtherNamespace
+		checks := []struct {
+			class int32
+			name  string
+			err   error
+		}{{namespaceLockClass, namespace, ErrOtherNamespace}, {fleetLockClass, fleet, ErrOtherFleet}}
+		for _, c := range checks {
+			if c.class == fleetLockClass && fleet == "" {
+				continue
+			}
+			others, err := lockSharedAlone(ctx, conn.Conn(), c.class, c.name)
+			if err != nil {
+				conn.Conn().Close(ctx)
+				conn.Release()
+				return nil, fmt.Errorf("postgres: instance lock: %w", err)
+			}
+			if others > 0 {
+				conn.Conn().Close(ctx) // ends the session and its locks
+				conn.Release()
+				return nil, c.err
+			}
 		}
 	}
 	// Hijack: the connection (and the lock) leaves the pool for good and
 	// is closed on release, which ends the session and frees the lock.
 	pc := conn.Hijack()
 	return func() { _ = pc.Close(context.Background()) }, nil
+}
+
+// lockSharedAlone takes a shared two-key advisory lock (class, hash of
+// name) and counts the sessions holding a lock of that class on another
+// name. Taking first and counting second means two processes starting at
+// once with different names see each other (both are refused, and
+// whichever restarts first wins), never neither.
+func lockSharedAlone(ctx context.Context, conn *pgx.Conn, class int32, name string) (others int, err error) {
+	h := fnv.New32a()
+	h.Write([]byte(name))
+	key := int32(h.Sum32())
+	var ok bool
+	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock_shared($1::int4, $2::int4)`, class, key).Scan(&ok); err != nil {
+		return 0, err
+	}
+	err = conn.QueryRow(ctx, `SELECT count(*) FROM pg_locks
+		WHERE locktype = 'advisory' AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+		AND classid = $1::int4::oid AND objsubid = 2 AND objid <> ($2::int4::bigint & 4294967295)::oid AND granted`,
+		class, key).Scan(&others)
+	return others, err
 }
 
 // ownerLockClass is the first key of the two-key advisory lock a
@@ -147,4 +183,38 @@ func (db *DB) LockOwner(ctx context.Context, namespace, owner string, wait time.
 		_ = pc.Close(ctx)
 		return false, nil, fmt.Errorf("postgres: owner lock: %w", err)
 	}
+}
+
+// fleetMetaKey is the tetra_meta key of the fleet identity (FleetRecorder).
+const fleetMetaKey = "fleet"
+
+// Fleet implements history.FleetRecorder.
+func (db *DB) Fleet(ctx context.Context) (string, error) {
+	var v string
+	err := db.pool.QueryRow(ctx, `SELECT value FROM tetra_meta WHERE key = $1`, fleetMetaKey).Scan(&v)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", nil
+	}
+	if err != nil {
+		return "", unavailable("fleet identity", err)
+	}
+	return v, nil
+}
+
+// SetFleet implements history.FleetRecorder.
+func (db *DB) SetFleet(ctx context.Context, identity string) error {
+	_, err := db.pool.Exec(ctx, `INSERT INTO tetra_meta (key, value) VALUES ($1, $2)
+		ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value`, fleetMetaKey, identity)
+	if err != nil {
+		return unavailable("record the fleet identity", err)
+	}
+	return nil
+}
+
+// ProbeWrite implements history.WriteProber.
+func (db *DB) ProbeWrite(ctx context.Context) error {
+	if _, err := db.pool.Exec(ctx, `UPDATE tetra_meta SET value = value WHERE key = 'outbox_id'`); err != nil {
+		return unavailable("write probe", err)
+	}
+	return nil
 }

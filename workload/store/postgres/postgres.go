@@ -25,8 +25,10 @@ import (
 // Compile-time checks: one *DB serves as both the history store and the
 // outbox log of the postgres mode.
 var (
-	_ history.Store = (*DB)(nil)
-	_ outbox.Log    = (*DB)(nil)
+	_ history.Store         = (*DB)(nil)
+	_ history.FleetRecorder = (*DB)(nil)
+	_ history.WriteProber   = (*DB)(nil)
+	_ outbox.Log            = (*DB)(nil)
 )
 
 // AppendLockKey is the key of the transaction-level advisory lock that
@@ -165,8 +167,14 @@ func (db *DB) Config() Config { return db.cfg }
 
 // unavailable wraps a backend failure for the history.Store methods.
 func unavailable(op string, err error) error {
+	if pgCode(err) == codeDiskFull {
+		return fmt.Errorf("postgres: %s: %w: %w: %w", op, history.ErrUnavailable, history.ErrStorageFull, err)
+	}
 	return fmt.Errorf("postgres: %s: %w: %w", op, history.ErrUnavailable, err)
 }
+
+// codeDiskFull is SQLSTATE 53100, disk_full.
+const codeDiskFull = "53100"
 
 // logUnavailable wraps a backend failure for the outbox.Log methods.
 func logUnavailable(op string, err error) error {

@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 
 	"github.com/tetra-messenger/tetra/workload/outbox"
@@ -152,4 +153,38 @@ func (db *DB) ID(ctx context.Context) (string, error) {
 		return "", logUnavailable("outbox id", err)
 	}
 	return "sqlite:" + id, nil
+}
+
+// fleetMetaKey is the tetra_meta key of the fleet identity (FleetRecorder).
+const fleetMetaKey = "fleet"
+
+// Fleet implements history.FleetRecorder.
+func (db *DB) Fleet(ctx context.Context) (string, error) {
+	var v string
+	err := db.r.QueryRowContext(ctx, `SELECT value FROM tetra_meta WHERE key = ?`, fleetMetaKey).Scan(&v)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", nil
+	}
+	if err != nil {
+		return "", unavailable("fleet identity", err)
+	}
+	return v, nil
+}
+
+// SetFleet implements history.FleetRecorder.
+func (db *DB) SetFleet(ctx context.Context, identity string) error {
+	_, err := db.w.ExecContext(ctx, `INSERT INTO tetra_meta (key, value) VALUES (?, ?)
+		ON CONFLICT (key) DO UPDATE SET value = excluded.value`, fleetMetaKey, identity)
+	if err != nil {
+		return unavailable("record the fleet identity", err)
+	}
+	return nil
+}
+
+// ProbeWrite implements history.WriteProber.
+func (db *DB) ProbeWrite(ctx context.Context) error {
+	if _, err := db.w.ExecContext(ctx, `UPDATE tetra_meta SET value = value WHERE key = 'outbox_id'`); err != nil {
+		return unavailable("write probe", err)
+	}
+	return nil
 }

@@ -22,8 +22,10 @@ import (
 // Compile-time checks: one *DB serves as both the history store and the
 // outbox log of the embedded mode.
 var (
-	_ history.Store = (*DB)(nil)
-	_ outbox.Log    = (*DB)(nil)
+	_ history.Store         = (*DB)(nil)
+	_ history.FleetRecorder = (*DB)(nil)
+	_ history.WriteProber   = (*DB)(nil)
+	_ outbox.Log            = (*DB)(nil)
 )
 
 // DB is the SQLite store: chats, members, history, read receipts and the
@@ -224,7 +226,20 @@ func (db *DB) Config() Config { return db.cfg }
 
 // unavailable wraps a backend failure for the history.Store methods.
 func unavailable(op string, err error) error {
+	if isFull(err) {
+		return fmt.Errorf("sqlite: %s: %w: %w: %w", op, history.ErrUnavailable, history.ErrStorageFull, err)
+	}
 	return fmt.Errorf("sqlite: %s: %w: %w", op, history.ErrUnavailable, err)
+}
+
+// sqliteFull is SQLITE_FULL, the primary result code of a write that found
+// no room (the disk, or max_page_count).
+const sqliteFull = 13
+
+// isFull reports whether err is SQLite's SQLITE_FULL (any extended code).
+func isFull(err error) bool {
+	var se interface{ Code() int }
+	return errors.As(err, &se) && se.Code()&0xff == sqliteFull
 }
 
 // logUnavailable wraps a backend failure for the outbox.Log methods.

@@ -230,6 +230,30 @@ func checkEviction(info string) error {
 	return nil
 }
 
+// Deployment names the Redis deployment this index uses, stably across
+// failovers and restarts and without credentials: "host:port db N" for a
+// URL (with " tls" for rediss://), "sentinel master NAME db N" with
+// Sentinel (the Sentinel addresses are left out: a fleet may list them in
+// any order, and the master they name changes on failover). Two processes
+// that print the same Deployment and use the same Config.Prefix share one
+// index; the server records it as part of the fleet's identity (issue 24,
+// point 1). Names are compared as written: "localhost:6379" and
+// "127.0.0.1:6379" differ.
+func (x *Index) Deployment() string {
+	if x.cfg.URL != "" {
+		opt, err := goredis.ParseURL(x.cfg.URL) // validated in New
+		if err != nil {
+			return config.RedactURL(x.cfg.URL)
+		}
+		d := fmt.Sprintf("%s db %d", opt.Addr, opt.DB)
+		if opt.TLSConfig != nil {
+			d += " tls"
+		}
+		return d
+	}
+	return fmt.Sprintf("sentinel master %s db %d", x.cfg.MasterName, x.cfg.DB)
+}
+
 // Owner returns the owner name this index writes under.
 func (x *Index) Owner() string { return x.cfg.Owner }
 

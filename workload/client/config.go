@@ -89,7 +89,7 @@ type Config struct {
 	// client's own sends (once accepted) count as seen and are not reported.
 	// Messages are reported with Type set to protocol.TypeMessage.
 	//
-	// Callbacks (OnMessage, OnRead, OnState, OnError) are never called
+	// Callbacks (OnMessage, OnRead, OnChat, OnTyping, OnPresence, OnState, OnError) are never called
 	// concurrently with each other. They run on the client's own
 	// goroutines: a slow callback delays reads and acks, and a callback must
 	// not wait on the client (Send, Read, WaitConnected): hand the work to
@@ -109,6 +109,15 @@ type Config struct {
 	// changed. The event's Chat has LastRead but no Unread (HasUnread is
 	// false).
 	OnChat func(ChatEvent)
+
+	// OnTyping is called for every typing frame the server forwards:
+	// UserID is typing in ChatID (PROTOCOL.md §7.4; show it for
+	// protocol.TypingShown after the last one).
+	OnTyping func(protocol.Typing)
+
+	// OnPresence is called for every presence change of a user who shares
+	// a chat with this user (PROTOCOL.md §7.4).
+	OnPresence func(protocol.Presence)
 
 	// OnState is called on every change of the connection state.
 	OnState func(StateChange)

@@ -465,6 +465,24 @@ func (c *Client) handleFrame(cn *conn, b []byte) {
 		if f := c.cfg.OnChat; f != nil {
 			c.callback(func() { f(ev) })
 		}
+	case protocol.TypeTyping:
+		if f := c.cfg.OnTyping; f != nil {
+			var t protocol.Typing
+			if err := json.Unmarshal(b, &t); err != nil {
+				c.emitError(fmt.Errorf("client: bad typing frame %.200q: %v", b, err))
+				return
+			}
+			c.callback(func() { f(t) })
+		}
+	case protocol.TypePresence:
+		if f := c.cfg.OnPresence; f != nil {
+			var p protocol.Presence
+			if err := json.Unmarshal(b, &p); err != nil {
+				c.emitError(fmt.Errorf("client: bad presence frame %.200q: %v", b, err))
+				return
+			}
+			c.callback(func() { f(p) })
+		}
 	case protocol.TypeRefreshed:
 		// The server took the token refreshOnConn sent; the client uses it
 		// already.

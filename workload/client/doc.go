@@ -76,6 +76,17 @@
 // at most about 4096 × (1 + chats with live traffic) ids, roughly 100 bytes
 // each.
 //
+// # Edits, deletes, typing, presence
+//
+// Edit (a send with "edits") and Delete (DELETE .../messages/{id}) change
+// a message this user sent (PROTOCOL.md §7.3); both arrive at the members
+// as messages of their own through OnMessage, with Edits or Deletes set,
+// and history returns the original with its current Body and EditedAt, or
+// as a tombstone (Deleted). Typing sends the ephemeral typing frame (the
+// server throttles it, no answer); OnTyping and OnPresence get the frames
+// others cause, and Presence asks for the users who share a chat with this
+// user (PROTOCOL.md §7.4).
+//
 // # Efficiency
 //
 // A connection costs two goroutines (one reader, one writer) plus the
@@ -87,7 +98,7 @@
 //
 // # Callbacks
 //
-// OnMessage, OnRead, OnState and OnError run one at a time on the client's
+// OnMessage, OnRead, OnChat, OnTyping, OnPresence, OnState and OnError run one at a time on the client's
 // goroutines. They must not block on the client (a callback waiting for a
 // Send answer would wait for the very goroutine it runs on); hand work to
 // another goroutine.

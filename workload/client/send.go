@@ -52,6 +52,12 @@ func NewCorrelationID() string { return ulid.Make().String() }
 // After Close, or when the client stopped, it returns the terminal error
 // (ErrClosed, ErrSuperseded...).
 func (c *Client) SendWithID(ctx context.Context, chatID, correlationID, body string) (protocol.Accepted, error) {
+	return c.sendWithID(ctx, chatID, correlationID, body, "")
+}
+
+// sendWithID is SendWithID; a non-empty edits makes the send an edit of
+// that message (PROTOCOL.md §7.3).
+func (c *Client) sendWithID(ctx context.Context, chatID, correlationID, body, edits string) (protocol.Accepted, error) {
 	var zero protocol.Accepted
 	switch {
 	case chatID == "" || len(chatID) > protocol.MaxIDLen:
@@ -76,7 +82,7 @@ func (c *Client) SendWithID(ctx context.Context, chatID, correlationID, body str
 	defer c.dd.endSend(correlationID)
 
 	frame := protocol.Encode(protocol.Send{
-		Type: protocol.TypeSend, ChatID: chatID, CorrelationID: correlationID, Body: body,
+		Type: protocol.TypeSend, ChatID: chatID, CorrelationID: correlationID, Body: body, Edits: edits,
 	})
 	overloads := 0
 	written := false // the frame went out at least once

@@ -120,10 +120,24 @@ func (e *Engine) coverBatch(batch []Committed) map[int32]*coverRange {
 
 // MessageFrame encodes the message frame for m (PROTOCOL.md §3).
 func MessageFrame(m history.Message) []byte {
-	return protocol.Encode(protocol.Message{
-		Type: protocol.TypeMessage, MessageID: m.ID, CorrelationID: m.CorrelationID,
+	return protocol.Encode(WireMessage(m, protocol.TypeMessage))
+}
+
+// WireMessage is m on the wire (PROTOCOL.md §3, §7.3) with frame type typ
+// ("" in history pages): edits and deletes name their target; an
+// ordinary message carries editedAt after an edit and deleted after a
+// delete.
+func WireMessage(m history.Message, typ string) protocol.Message {
+	w := protocol.Message{
+		Type: typ, MessageID: m.ID, CorrelationID: m.CorrelationID,
 		ChatID: m.ChatID, SenderID: m.SenderID, Body: m.Body, SentAt: m.SentAt.UTC(),
-	})
+		Edits: m.Edits, Deletes: m.Deletes, Deleted: m.Deleted,
+	}
+	if !m.EditedAt.IsZero() {
+		at := m.EditedAt.UTC()
+		w.EditedAt = &at
+	}
+	return w
 }
 
 func makeQueues(n, total int) []chan fastItem {

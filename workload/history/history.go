@@ -105,6 +105,16 @@ type Message struct {
 	Body          string
 	// SentAt is the acceptance time (UTC), stored with nanoseconds.
 	SentAt time.Time
+	// Edits and Deletes name the message an edit or a delete applies to
+	// (PROTOCOL.md §7.3); both are "" for an ordinary message (Kind
+	// KindMessage), at most one is set.
+	Edits, Deletes string
+	// EditedAt is the SentAt of the newest edit applied to this ordinary
+	// message; zero when it was never edited. Body is then the edit's body.
+	EditedAt time.Time
+	// Deleted is true for an ordinary message that was deleted: its Body
+	// is "" (erased from storage, not hidden) and so are its edits' bodies.
+	Deleted bool
 }
 
 // Draft is a message waiting in the accept pipeline. ID and SentAt are
@@ -117,6 +127,10 @@ type Draft struct {
 	CorrelationID string
 	Body          string
 	SentAt        time.Time
+	// Edits and Deletes, when one is set, make the draft an edit or a
+	// delete of that message of the same chat (PROTOCOL.md §7.3; see
+	// CommitPlan.Decide for the rules). A delete's Body is "".
+	Edits, Deletes string
 }
 
 // Delivery names one outbox row written by Commit: a (recipient, message)
@@ -146,6 +160,11 @@ type Result struct {
 	Deliveries []Delivery
 	// Members is the chat's member list at commit time.
 	Members []string
+	// Original is, for an edit or a delete committed now, the message it
+	// applies to as it is after the commit (for a delete, its Tombstone);
+	// for one refused with ErrDeleted, the tombstone already stored. Zero
+	// otherwise.
+	Original Message
 }
 
 // Store is the relational store behind history. All methods are safe for

@@ -28,6 +28,14 @@ type Known struct {
 	Committed map[Key]Message
 	// UsedIDs holds the batch's message ids that are already in history.
 	UsedIDs map[string]bool
+	// Targets holds the messages in history that the batch's edits and
+	// deletes name (CommitPlan.Refs), by messageId; read only when
+	// CommitPlan.HasRefs.
+	Targets map[string]Message
+	// Admin reports whether user is an admin of group chatID (PROTOCOL.md
+	// §7.5: an admin may delete any message); nil means no admins, so
+	// only a message's sender may delete it.
+	Admin func(chatID, user string) bool
 }
 
 // CommitPlan decides a batch of drafts, the commit rules of Store.Commit
@@ -48,6 +56,9 @@ type CommitPlan struct {
 
 	planned map[Key]int // keys of drafts to insert -> draft index
 	dupOf   map[int]int // draft -> the earlier draft of this batch it resends
+
+	refs    bool               // some valid draft edits or deletes (edits.go)
+	targets map[string]Message // originals as changed by this batch's edits and deletes
 }
 
 // NewCommitPlan checks each draft on its own (CheckDraft, and a SentAt
@@ -61,6 +72,11 @@ func NewCommitPlan(drafts []Draft) *CommitPlan {
 			continue
 		}
 		p.Results[i].Err = CheckDraft(d)
+		if p.Results[i].Err == nil && d.isRef() {
+			if p.Results[i].Err = checkRefDraft(d); p.Results[i].Err == nil {
+				p.refs = true
+			}
+		}
 	}
 	return p
 }
@@ -150,6 +166,14 @@ func (p *CommitPlan) Decide(k Known) {
 			p.Results[i].Err = fmt.Errorf("%w: message id %q is already used", ErrInvalid, d.ID)
 			continue
 		}
+		var orig Message
+		if d.isRef() {
+			var err error
+			if orig, err = p.checkRef(d, k); err != nil {
+				p.Results[i] = Result{Err: err, Original: orig}
+				continue
+			}
+		}
 		used[d.ID] = true
 		p.planned[key] = i
 		p.Inserts = append(p.Inserts, i)
@@ -162,8 +186,11 @@ func (p *CommitPlan) Decide(k Known) {
 				CorrelationID: d.CorrelationID,
 				Body:          d.Body,
 				SentAt:        time.Unix(0, d.SentAt.UnixNano()).UTC(),
+				Edits:         d.Edits,
+				Deletes:       d.Deletes,
 			},
-			Members: slices.Clone(ms),
+			Members:  slices.Clone(ms),
+			Original: orig,
 		}
 	}
 }
@@ -173,7 +200,11 @@ func (p *CommitPlan) Decide(k Known) {
 func (p *CommitPlan) duplicate(i int, key Key, k Known) bool {
 	d := p.drafts[i]
 	if orig, ok := k.Committed[key]; ok {
-		if err := CheckResend(orig.ChatID, orig.Body, d); err != nil {
+		err := CheckResend(orig.ChatID, orig.Body, d)
+		if err == nil && p.refs {
+			err = checkResendRef(orig, d)
+		}
+		if err != nil {
 			p.Results[i] = Result{Err: err}
 			return true
 		}
@@ -181,7 +212,11 @@ func (p *CommitPlan) duplicate(i int, key Key, k Known) bool {
 		return true
 	}
 	if j, ok := p.planned[key]; ok {
-		if err := CheckResend(p.drafts[j].ChatID, p.drafts[j].Body, d); err != nil {
+		err := CheckResend(p.drafts[j].ChatID, p.drafts[j].Body, d)
+		if err == nil && (p.drafts[j].isRef() || d.isRef()) {
+			err = checkResendRef(Message{Edits: p.drafts[j].Edits, Deletes: p.drafts[j].Deletes}, d)
+		}
+		if err != nil {
 			p.Results[i] = Result{Err: err}
 			return true
 		}

@@ -62,6 +62,8 @@ type Metrics struct {
 	connections  prometheus.Counter
 	reconnects   prometheus.Counter
 	readReceipts prometheus.Counter
+	typing       prometheus.Counter
+	presence     prometheus.Counter
 	readFailed   *prometheus.CounterVec
 	nudgeLat     prometheus.Histogram
 	degraded     *prometheus.GaugeVec // degraded.go
@@ -104,9 +106,11 @@ func New(snapshot func(ctx context.Context) (Snapshot, error)) *Metrics {
 	m.connections = prometheus.NewCounter(prometheus.CounterOpts{Name: "tetra_connections_opened_total", Help: "WebSocket connections that completed hello."})
 	m.reconnects = prometheus.NewCounter(prometheus.CounterOpts{Name: "tetra_reconnects_total", Help: "Connections of a (user, device) this process had seen connected before."})
 	m.readReceipts = prometheus.NewCounter(prometheus.CounterOpts{Name: "tetra_read_receipts_total", Help: "Read receipts saved."})
+	m.typing = prometheus.NewCounter(prometheus.CounterOpts{Name: "tetra_typing_forwarded_total", Help: "Typing frames forwarded to a chat's other members (PROTOCOL.md §7.4); dropped ones are not counted."})
+	m.presence = prometheus.NewCounter(prometheus.CounterOpts{Name: "tetra_presence_changes_total", Help: "Presence changes (online or offline) this process announced (PROTOCOL.md §7.4)."})
 	m.readFailed = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tetra_read_receipts_failed_total", Help: "Read receipts refused or dropped (their sender got an error frame), by reason: invalid (refused by the decoder or the store; the rest of the batch was saved), unavailable (the store failed), overloaded (the queue was full), forbidden (not a member), not_found (no such chat, or the messageId is no message of it)."}, []string{"reason"})
 	for _, c := range []prometheus.Collector{m.accepted, m.duplicates, m.shed, m.acceptLat, m.deliveryLat, m.batchSize, m.commitDur,
-		m.commitFail, m.connections, m.reconnects, m.readReceipts, m.readFailed} {
+		m.commitFail, m.connections, m.reconnects, m.readReceipts, m.readFailed, m.typing, m.presence} {
 		f(c)
 	}
 	// Every label value the docs list exists from the start, at 0, so a
@@ -176,6 +180,12 @@ func (m *Metrics) Connection(reconnect bool) {
 
 // ReadReceipts records n saved read receipts.
 func (m *Metrics) ReadReceipts(n int) { m.readReceipts.Add(float64(n)) }
+
+// TypingForwarded records one forwarded typing frame (PROTOCOL.md §7.4).
+func (m *Metrics) TypingForwarded() { m.typing.Inc() }
+
+// PresenceChanged records one presence change this process announced.
+func (m *Metrics) PresenceChanged() { m.presence.Inc() }
 
 // ReadReceiptFailed records one dropped read receipt; reason is
 // ReasonInvalid, ReasonUnavailable or ReasonOverloaded.

@@ -37,7 +37,8 @@ func Encode(frame any) []byte {
 // messageSize is the length of m's frame when nothing in it needs an
 // escape: the keys, the quotes and a time of up to 35 bytes.
 func messageSize(m *Message) int {
-	return 128 + len(m.Type) + len(m.MessageID) + len(m.CorrelationID) + len(m.ChatID) + len(m.SenderID) + len(m.Body)
+	return 128 + len(m.Type) + len(m.MessageID) + len(m.CorrelationID) + len(m.ChatID) + len(m.SenderID) + len(m.Body) +
+		len(m.Edits) + len(m.Deletes)
 }
 
 // AppendMessage appends m as encoding/json marshals it to dst.
@@ -60,7 +61,31 @@ func AppendMessage(dst []byte, m *Message) []byte {
 	dst = appendString(dst, m.Body)
 	dst = append(dst, `,"sentAt":`...)
 	dst = appendTime(dst, m.SentAt)
+	if m.Edits != "" || m.Deletes != "" || m.EditedAt != nil || m.Deleted {
+		dst = appendMessageChange(dst, m) // PROTOCOL.md §7.3
+	}
 	return append(dst, '}')
+}
+
+// appendMessageChange writes m's edit and delete fields, as encoding/json
+// does with their omitempty tags.
+func appendMessageChange(dst []byte, m *Message) []byte {
+	if m.Edits != "" {
+		dst = append(dst, `,"edits":`...)
+		dst = appendString(dst, m.Edits)
+	}
+	if m.Deletes != "" {
+		dst = append(dst, `,"deletes":`...)
+		dst = appendString(dst, m.Deletes)
+	}
+	if m.EditedAt != nil {
+		dst = append(dst, `,"editedAt":`...)
+		dst = appendTime(dst, *m.EditedAt)
+	}
+	if m.Deleted {
+		dst = append(dst, `,"deleted":true`...)
+	}
+	return dst
 }
 
 func appendAccepted(dst []byte, a *Accepted) []byte {
@@ -86,6 +111,10 @@ func appendSend(dst []byte, s *Send) []byte {
 	dst = appendString(dst, s.CorrelationID)
 	dst = append(dst, `,"body":`...)
 	dst = appendString(dst, s.Body)
+	if s.Edits != "" {
+		dst = append(dst, `,"edits":`...)
+		dst = appendString(dst, s.Edits)
+	}
 	return append(dst, '}')
 }
 

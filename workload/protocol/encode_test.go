@@ -23,6 +23,10 @@ func filled[T any](t *testing.T, s string, at time.Time) T {
 			f.Set(reflect.ValueOf(at))
 		case f.Type() == reflect.TypeOf([]string{}):
 			f.Set(reflect.ValueOf([]string{s, s + "2"}))
+		case f.Type() == reflect.TypeOf(&time.Time{}):
+			f.Set(reflect.ValueOf(&at))
+		case f.Kind() == reflect.Bool:
+			f.SetBool(true)
 		default:
 			t.Fatalf("%T.%s: a field of kind %s the test does not fill: teach encode.go and this test about it", v, rv.Type().Field(i).Name, f.Kind())
 		}
@@ -77,6 +81,9 @@ func FuzzEncodeAgreesWithJSON(f *testing.F) {
 	f.Fuzz(func(t *testing.T, s string, ns int64) {
 		at := time.Unix(0, ns).UTC()
 		sameAsJSON(t, Message{Type: TypeMessage, MessageID: s, CorrelationID: s, ChatID: s, SenderID: s, Body: s, SentAt: at})
+		sameAsJSON(t, Message{Type: TypeMessage, MessageID: s, ChatID: s, Body: s, SentAt: at, Edits: s})
+		sameAsJSON(t, Message{MessageID: s, Deletes: s, EditedAt: &at, Deleted: true})
+		sameAsJSON(t, Send{Type: TypeSend, ChatID: s, CorrelationID: s, Body: s, Edits: s})
 		sameAsJSON(t, Accepted{Type: TypeAccepted, CorrelationID: s, MessageID: s, ChatID: s, SentAt: at})
 		sameAsJSON(t, Send{Type: TypeSend, ChatID: s, CorrelationID: s, Body: s})
 		sameAsJSON(t, Ack{Type: TypeAck, MessageIDs: []string{s, s}})

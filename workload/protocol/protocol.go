@@ -27,6 +27,10 @@ const (
 	TypeMessage   = "message"
 	TypeChat      = "chat"
 	TypeError     = "error"
+	// TypeTyping (client and server) and TypePresence (server) are
+	// ephemeral: never stored, best effort (PROTOCOL.md §7.4).
+	TypeTyping   = "typing"
+	TypePresence = "presence"
 )
 
 // Error codes carried by error frames and HTTP error bodies (PROTOCOL.md §2, §3).
@@ -91,6 +95,9 @@ type Send struct {
 	ChatID        string `json:"chatId"`
 	CorrelationID string `json:"correlationId"`
 	Body          string `json:"body"`
+	// Edits makes the send an edit of that message of the chat, one the
+	// sender sent; Body is its new text (PROTOCOL.md §7.3).
+	Edits string `json:"edits,omitempty"`
 }
 
 // Ack acknowledges one or many message frames by messageId.
@@ -106,6 +113,34 @@ type Read struct {
 	ChatID    string `json:"chatId"`
 	UserID    string `json:"userId,omitempty"`
 	MessageID string `json:"messageId"`
+}
+
+// Typing says a user is typing in a chat (PROTOCOL.md §7.4). From a
+// client it carries ChatID only (no correlationId, no answer); the server
+// adds UserID when it forwards it to the chat's other members, at most one
+// per (user, chat) every TypingInterval.
+type Typing struct {
+	Type   string `json:"type"`
+	ChatID string `json:"chatId"`
+	UserID string `json:"userId,omitempty"`
+}
+
+// TypingInterval is the least time between two typing frames the server
+// forwards for one (user, chat); the ones between are dropped. A receiver
+// shows "typing" for TypingShown after the last one (PROTOCOL.md §7.4).
+const (
+	TypingInterval = 2 * time.Second
+	TypingShown    = 5 * time.Second
+)
+
+// Presence tells that a user went online or offline (PROTOCOL.md §7.4),
+// to the devices of the users who share a chat with it. LastSeen is when
+// its last connection closed (UTC), set when Online is false.
+type Presence struct {
+	Type     string     `json:"type"`
+	UserID   string     `json:"userId"`
+	Online   bool       `json:"online"`
+	LastSeen *time.Time `json:"lastSeen,omitempty"`
 }
 
 // Chat is a chat on the wire (PROTOCOL.md §2): in GET /api/chats, in the
@@ -194,6 +229,15 @@ type Message struct {
 	SenderID      string    `json:"senderId"`
 	Body          string    `json:"body"`
 	SentAt        time.Time `json:"sentAt"`
+	// Edits and Deletes mark an edit or a delete of that message
+	// (PROTOCOL.md §7.3); absent on ordinary messages.
+	Edits   string `json:"edits,omitempty"`
+	Deletes string `json:"deletes,omitempty"`
+	// EditedAt is, in history, when an ordinary message was last edited
+	// (its Body is the newest); Deleted marks a deleted one (its Body is
+	// ""). Absent otherwise.
+	EditedAt *time.Time `json:"editedAt,omitempty"`
+	Deleted  bool       `json:"deleted,omitempty"`
 }
 
 // ErrorFrame reports a failed request. CorrelationID is set when it answers
@@ -215,7 +259,7 @@ type Error struct {
 	CorrelationID string
 	// FrameType is the type of the refused frame when DecodeClient could
 	// read a known one (TypeSend, TypeAck, TypePing, TypeRead,
-	// TypeRefresh), else "".
+	// TypeRefresh, TypeTyping), else "".
 	FrameType string
 }
 
@@ -255,6 +299,7 @@ type ClientFrame struct {
 	Ping    *Ping
 	Read    *Read
 	Refresh *Refresh
+	Typing  *Typing
 }
 
 // DecodeClient parses one client frame. maxBody is the body limit in bytes
@@ -286,7 +331,7 @@ func decodeGeneral(data []byte, maxBody int) (f ClientFrame, err error) {
 		var pe *Error
 		if errors.As(err, &pe) {
 			switch head.Type {
-			case TypeSend, TypeAck, TypePing, TypeRead, TypeRefresh:
+			case TypeSend, TypeAck, TypePing, TypeRead, TypeRefresh, TypeTyping:
 				pe.FrameType = head.Type
 			}
 		}
@@ -338,6 +383,8 @@ func decodeGeneral(data []byte, maxBody int) (f ClientFrame, err error) {
 			return fail(CodeInvalid, "send: body must be valid UTF-8 without U+0000")
 		case maxBody > 0 && len(s.Body) > maxBody:
 			return fail(CodeTooLarge, "send: body is %d bytes, the limit is %d", len(s.Body), maxBody)
+		case s.Edits != "" && !validID(s.Edits):
+			return fail(CodeInvalid, "send: edits must be a messageId: 1..%d bytes of valid UTF-8 without U+0000", MaxIDLen)
 		}
 		f.Send = &s
 	case TypeAck:
@@ -378,6 +425,16 @@ func decodeGeneral(data []byte, maxBody int) (f ClientFrame, err error) {
 			return f, Errorf(CodeInvalid, "refresh: token is required (1..%d bytes)", MaxTokenLen)
 		}
 		f.Refresh = &r
+	case TypeTyping:
+		var ty Typing
+		if err := json.Unmarshal(data, &ty); err != nil {
+			return f, Errorf(CodeInvalid, "typing: %s", fieldError(err))
+		}
+		if !validID(ty.ChatID) {
+			return f, Errorf(CodeInvalid, "typing: chatId is required: 1..%d bytes of valid UTF-8 without U+0000", MaxIDLen)
+		}
+		ty.UserID = "" // set by the server, never trusted from a client
+		f.Typing = &ty
 	case "":
 		return f, Errorf(CodeInvalid, "frame has no type")
 	default:

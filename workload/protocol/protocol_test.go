@@ -36,6 +36,25 @@ func TestDecodeClient(t *testing.T) {
 				t.Fatalf("read decoded as %+v", f.Read)
 			}
 		}},
+		// PROTOCOL.md §7.3, §7.4.
+		{name: "edit", in: `{"type":"send","chatId":"c1","correlationId":"k-2","body":"fixed","edits":"01J"}`,
+			check: func(t *testing.T, f ClientFrame) {
+				if f.Send == nil || f.Send.Edits != "01J" || f.Send.Body != "fixed" {
+					t.Fatalf("edit decoded as %+v", f.Send)
+				}
+			}},
+		{name: "edit of an over-long id", in: `{"type":"send","chatId":"c","correlationId":"k","body":"x","edits":"` + strings.Repeat("m", 129) + `"}`, code: CodeInvalid, corr: "k"},
+		{name: "edit id not a string", in: `{"type":"send","chatId":"c","correlationId":"k","body":"x","edits":5}`, code: CodeInvalid, corr: "k"},
+		{name: "edits in another case", in: `{"type":"send","chatId":"c","correlationId":"k","body":"x","Edits":"m"}`, code: CodeInvalid, corr: "k"},
+		{name: "edit without body", in: `{"type":"send","chatId":"c","correlationId":"k","edits":"m"}`, code: CodeInvalid, corr: "k"},
+		{name: "typing ignores a forged userId", in: `{"type":"typing","chatId":"c1","userId":"mallory"}`, check: func(t *testing.T, f ClientFrame) {
+			if f.Typing == nil || f.Typing.ChatID != "c1" || f.Typing.UserID != "" {
+				t.Fatalf("typing decoded as %+v", f.Typing)
+			}
+		}},
+		{name: "typing without chatId", in: `{"type":"typing"}`, code: CodeInvalid},
+		{name: "typing chatId with NUL", in: `{"type":"typing","chatId":"c\u0000"}`, code: CodeInvalid},
+		{name: "typing chatId twice", in: `{"type":"typing","chatId":"a","chatId":"b"}`, code: CodeInvalid},
 		{name: "not json", in: `{"type":`, code: CodeInvalid},
 		{name: "array", in: `[1,2]`, code: CodeInvalid},
 		{name: "string", in: `"send"`, code: CodeInvalid},
@@ -118,6 +137,8 @@ func FuzzDecodeClient(f *testing.F) {
 		`{"type":"read","chatId":"c1","messageId":"01J"}`,
 		`{"type":"send","chatId":"c1","correlationId":"k","body":"\u0000\ud83d"}`,
 		`{"type":"send","chatId":1}`, `[]`, `null`, `{"type":"ack","messageIds":[1]}`,
+		`{"type":"send","chatId":"c1","correlationId":"k","body":"new","edits":"01J"}`,
+		`{"type":"typing","chatId":"c1"}`, `{"type":"typing","chatId":"c1","userId":"x"}`, `{"type":"typing"}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -150,6 +171,18 @@ func FuzzDecodeClient(f *testing.F) {
 			if fr.Read.UserID != "" {
 				t.Fatal("read kept a client-supplied userId")
 			}
+		}
+		if fr.Refresh != nil {
+			n++
+		}
+		if fr.Typing != nil {
+			n++
+			if fr.Typing.UserID != "" || fr.Typing.ChatID == "" || len(fr.Typing.ChatID) > MaxIDLen {
+				t.Fatalf("accepted a typing frame that breaks the limits: %+v", fr.Typing)
+			}
+		}
+		if fr.Send != nil && fr.Send.Edits != "" && len(fr.Send.Edits) > MaxIDLen {
+			t.Fatalf("accepted an edit of an over-long id")
 		}
 		if n != 1 {
 			t.Fatalf("decoded %d frames from one input", n)

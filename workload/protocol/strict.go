@@ -17,7 +17,7 @@ import (
 
 // frameKeys are the keys of every client frame (PROTOCOL.md §3), exactly
 // as they must be written.
-var frameKeys = []string{"type", "chatId", "correlationId", "body", "messageIds", "messageId", "token", "userId"}
+var frameKeys = []string{"type", "chatId", "correlationId", "body", "messageIds", "messageId", "token", "userId", "edits"}
 
 // strictError is a frame that breaks one of the rules; key names the key
 // it concerns ("" when none), so the caller can tell whether the frame's

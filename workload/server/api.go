@@ -14,6 +14,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/tetra-messenger/tetra/workload/auth"
+	"github.com/tetra-messenger/tetra/workload/delivery"
 	"github.com/tetra-messenger/tetra/workload/history"
 	"github.com/tetra-messenger/tetra/workload/protocol"
 	"github.com/tetra-messenger/tetra/workload/text"
@@ -60,6 +61,8 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("DELETE /api/chats/{chatId}/members/{userId}", s.authed(s.handleRemoveMember))
 	mux.HandleFunc("GET /api/chats/{chatId}/messages", s.authed(s.handleMessages))
 	s.chatAPIRoutes(mux) // PROTOCOL.md §7.2, §7.5 (chatapi.go)
+	mux.HandleFunc("DELETE /api/chats/{chatId}/messages/{messageId}", s.authed(s.handleDeleteMessage))
+	mux.HandleFunc("GET /api/presence", s.authed(s.handlePresence))
 	mux.HandleFunc("GET /ws", s.handleWS)
 	mux.HandleFunc("GET /admin/stats", s.adminOnly(s.handleAdminStats))
 	mux.HandleFunc("POST /admin/rebuild", s.adminOnly(s.handleAdminRebuild))
@@ -433,10 +436,7 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request, user str
 }
 
 // wireMessage is m as history pages show it (PROTOCOL.md §4).
-func wireMessage(m history.Message) protocol.Message {
-	return protocol.Message{MessageID: m.ID, CorrelationID: m.CorrelationID, ChatID: m.ChatID,
-		SenderID: m.SenderID, Body: m.Body, SentAt: m.SentAt.UTC()}
-}
+func wireMessage(m history.Message) protocol.Message { return delivery.WireMessage(m, "") }
 
 // queryLimit reads the limit query parameter: def when absent, capped at
 // max (a huge limit is capped, not refused); anything but a positive

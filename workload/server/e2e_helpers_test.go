@@ -287,6 +287,11 @@ type msgJSON struct {
 	SenderID      string `json:"senderId"`
 	Body          string `json:"body"`
 	SentAt        string `json:"sentAt"`
+	// PROTOCOL.md §7.3.
+	Edits    string `json:"edits"`
+	Deletes  string `json:"deletes"`
+	EditedAt string `json:"editedAt"`
+	Deleted  bool   `json:"deleted"`
 }
 
 type pageJSON struct {
@@ -488,6 +493,10 @@ type frame struct {
 	SentAt        string          `json:"sentAt"`
 	Code          string          `json:"code"`
 	Message       string          `json:"message"`
+	Edits         string          `json:"edits"`    // PROTOCOL.md §7.3
+	Deletes       string          `json:"deletes"`  // PROTOCOL.md §7.3
+	Online        *bool           `json:"online"`   // PROTOCOL.md §7.4 presence
+	LastSeen      string          `json:"lastSeen"` // PROTOCOL.md §7.4 presence
 	Raw           []byte          `json:"-"`
 }
 

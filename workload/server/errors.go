@@ -45,6 +45,10 @@ func clientMessage(err error) string {
 	switch {
 	case errors.Is(err, history.ErrNotMember):
 		return "not a member of this chat"
+	case errors.Is(err, history.ErrDeleted):
+		return "the message was deleted"
+	case errors.Is(err, history.ErrNoMessage):
+		return "no such message in this chat"
 	case errors.Is(err, history.ErrNotFound):
 		return "no such chat"
 	}

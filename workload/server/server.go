@@ -121,6 +121,10 @@ type Config struct {
 	ReadyTimeout time.Duration
 	// ShutdownGrace bounds Shutdown's drain; default 10 s.
 	ShutdownGrace time.Duration
+	// PresenceGrace is how long a user stays online after its last
+	// connection closed (PROTOCOL.md §7.4); zero means PresenceGrace (10
+	// s), the contract's value. Tests shorten it.
+	PresenceGrace time.Duration
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 	// WrapStore, when set, wraps the history store after it is opened. It
@@ -215,6 +219,8 @@ type Server struct {
 	engine   *delivery.Engine
 	nudger   *nudge.Nudger // nil without Config.Nudge.URL
 	chats    *chatCache
+	typing   typingGate       // PROTOCOL.md §7.4 (typing.go)
+	presence *presenceTracker // PROTOCOL.md §7.4 (presence.go)
 	metrics  *metrics.Metrics
 	seenMu   sync.Mutex
 	seen     map[string]struct{} // (user, device) pairs seen connected, for the reconnect count
@@ -270,6 +276,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.chats = newChatCache(s.store, 5*time.Second)
+	s.presence = newPresenceTracker(s)
 	s.seen = map[string]struct{}{}
 	s.metrics = metrics.New(func(ctx context.Context) (metrics.Snapshot, error) {
 		st, err := s.Stats(ctx)
@@ -586,7 +593,8 @@ func (s *Server) Start(ctx context.Context) error {
 	}
 	bgctx, cancel := context.WithCancel(context.Background())
 	s.bgCancel = cancel
-	s.bg.Add(3)
+	s.bg.Add(4)
+	go s.presence.run(bgctx)
 	go s.retentionLoop(bgctx)
 	go s.healthLoop(bgctx)
 	s.series = &seriesRing{}

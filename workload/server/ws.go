@@ -252,11 +252,13 @@ func (c *session) run() {
 	}
 	c.member = m
 	s.noteConnection(c.user, c.device)
+	s.presence.up(c.user, c.id)
 	c.setExpiry(c.exp)
 	defer c.setExpiry(time.Time{})
 	c.startPinger(ctx)
 	c.reader(ctx)
 	s.engine.Unregister(m)
+	s.presence.down(c.user, c.id)
 	c.Close(int(websocket.StatusNormalClosure), "")
 	<-c.writerGone
 }
@@ -468,6 +470,8 @@ func (c *session) handle(ctx context.Context, data []byte) {
 		c.handleRead(ctx, f.Read)
 	case f.Refresh != nil:
 		c.handleRefresh(f.Refresh)
+	case f.Typing != nil:
+		c.handleTyping(ctx, f.Typing)
 	}
 }
 
@@ -534,7 +538,7 @@ func (c *session) handleSend(ctx context.Context, m *protocol.Send, t config.Tun
 	err := c.srv.pipeline.Submit(ingest.Request{
 		Draft: history.Draft{
 			ID: ulid.Make().String(), ChatID: m.ChatID, SenderID: c.user, SenderDevice: c.device,
-			CorrelationID: corr, Body: m.Body, SentAt: time.Now().UTC(),
+			CorrelationID: corr, Body: m.Body, SentAt: time.Now().UTC(), Edits: m.Edits,
 		},
 		Done: func(res history.Result, err error) {
 			c.inflight.Add(-1)

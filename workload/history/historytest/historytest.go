@@ -55,6 +55,13 @@ func Run(t *testing.T, newStore func(t *testing.T) history.Store) {
 		{"ReadState", testReadState},
 		{"SaveReadsKeepsLatest", testSaveReadsKeepsLatest},
 		{"Ping", testPing},
+		{"Edit", testEdit},
+		{"EditRules", testEditRules},
+		{"Delete", testDelete},
+		{"DeleteRules", testDeleteRules},
+		{"EditDeleteOneBatch", testEditDeleteOneBatch},
+		{"UnreadOrdinaryOnly", testUnreadOrdinaryOnly},
+		{"CoMembers", testCoMembers},
 		{"FleetRecord", testFleetRecord},
 		{"ProbeWrite", testProbeWrite},
 	}

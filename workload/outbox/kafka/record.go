@@ -26,13 +26,19 @@ type recordValue struct {
 	CorrelationID string    `json:"corr"`
 	Body          string    `json:"body"`
 	SentAt        time.Time `json:"sentAt"`
+	// Edits and Deletes: an edit's or delete's target (PROTOCOL.md §7.3).
+	Edits   string `json:"edits,omitempty"`
+	Deletes string `json:"deletes,omitempty"`
+	// Deleted: the message was deleted before the relay read it (its
+	// body is already "").
+	Deleted bool `json:"deleted,omitempty"`
 }
 
 func encodeRecord(recipient string, m history.Message) []byte {
 	b, err := json.Marshal(recordValue{
 		V: recordVersion, Recipient: recipient, Seq: m.Seq, ID: m.ID, ChatID: m.ChatID,
 		SenderID: m.SenderID, SenderDevice: m.SenderDevice, CorrelationID: m.CorrelationID,
-		Body: m.Body, SentAt: m.SentAt.UTC(),
+		Body: m.Body, SentAt: m.SentAt.UTC(), Edits: m.Edits, Deletes: m.Deletes, Deleted: m.Deleted,
 	})
 	if err != nil {
 		panic(fmt.Sprintf("kafka: encode an outbox record: %v", err)) // strings and a time: cannot fail
@@ -50,7 +56,7 @@ func decodeRecord(value []byte) (string, history.Message, error) {
 	}
 	return v.Recipient, history.Message{
 		Seq: v.Seq, ID: v.ID, ChatID: v.ChatID, SenderID: v.SenderID, SenderDevice: v.SenderDevice,
-		CorrelationID: v.CorrelationID, Body: v.Body, SentAt: v.SentAt.UTC(),
+		CorrelationID: v.CorrelationID, Body: v.Body, SentAt: v.SentAt.UTC(), Edits: v.Edits, Deletes: v.Deletes, Deleted: v.Deleted,
 	}, nil
 }
 

@@ -120,7 +120,13 @@ func (db *DB) commitOnce(ctx context.Context, drafts []history.Draft, hooks *com
 	if hooks != nil && hooks.afterRead != nil {
 		hooks.afterRead(ctx)
 	}
-	r.plan.Decide(history.Known{Members: r.members, Committed: r.byKey, UsedIDs: r.usedIDs})
+	known := history.Known{Members: r.members, Committed: r.byKey, UsedIDs: r.usedIDs}
+	if r.plan.HasRefs() { // edits and deletes only (edits.go)
+		if err := r.readTargets(ctx, conn, &known); err != nil {
+			return nil, false, err
+		}
+	}
+	r.plan.Decide(known)
 	if len(r.plan.Inserts) == 0 {
 		// Nothing to write: duplicates and rule violations only. The
 		// deferred rollback ends the read-only transaction.
@@ -377,6 +383,10 @@ func (r *commitRun) write(ctx context.Context, conn *pgxpool.Conn, hooks *commit
 	} else {
 		b.Queue(insertHistorySQL, messageIDs, chatIDs, senders, devices, correlations, bodies, sentAts, r.epoch)
 	}
+	applies := 0
+	if r.plan.HasRefs() { // edits and deletes only (edits.go)
+		applies = r.queueApply(b)
+	}
 	pause := hooks != nil && hooks.beforeCommit != nil
 	if !pause {
 		b.Queue(`COMMIT`)
@@ -401,6 +411,11 @@ func (r *commitRun) write(ctx context.Context, conn *pgxpool.Conn, hooks *commit
 		})
 		if err != nil {
 			return err
+		}
+		for range applies {
+			if _, err := br.Exec(); err != nil {
+				return err
+			}
 		}
 		if !pause {
 			return commitTag(br.Exec())

@@ -18,12 +18,12 @@ var _ history.Feed = (*DB)(nil)
 // one snapshot: kind 0 rows are messages, kind 1 rows are (chat, member)
 // pairs. It ranges over history's primary key and the members primary key.
 const feedSQL = `WITH h AS (
-		SELECT id, message_id, chat_id, sender_id, sender_device, correlation_id, body, sent_at
+		SELECT id, message_id, chat_id, sender_id, sender_device, correlation_id, body, sent_at, kind, ref, edited_at, deleted
 		FROM history WHERE id > $1 ORDER BY id LIMIT $2
 	)
-	SELECT 0, id, message_id, chat_id, sender_id, sender_device, correlation_id, body, sent_at FROM h
+	SELECT 0, id, message_id, chat_id, sender_id, sender_device, correlation_id, body, sent_at, kind, ref, edited_at, deleted FROM h
 	UNION ALL
-	SELECT 1, 0, '', m.chat_id, m.user_id, '', '', '', 0::bigint
+	SELECT 1, 0, '', m.chat_id, m.user_id, '', '', '', 0::bigint, 0::smallint, '', 0::bigint, false
 	FROM members AS m WHERE m.chat_id IN (SELECT chat_id FROM h)`
 
 // HistoryAfter returns up to limit messages with Seq above seq, in Seq
@@ -48,18 +48,17 @@ func (db *DB) HistoryAfter(ctx context.Context, seq int64, limit int) ([]history
 	out := make([]history.Committed, 0, min(limit, 512))
 	members := map[string][]string{}
 	var (
-		kind   int
-		m      history.Message
-		sentAt int64
+		kind int
+		m    history.Message
 	)
-	_, err = pgx.ForEachRow(rows, []any{&kind, &m.Seq, &m.ID, &m.ChatID, &m.SenderID, &m.SenderDevice, &m.CorrelationID, &m.Body, &sentAt}, func() error {
+	dest, done := messageDest(&m)
+	_, err = pgx.ForEachRow(rows, append([]any{&kind}, dest...), func() error {
+		done()
 		if kind == 1 {
 			members[m.ChatID] = append(members[m.ChatID], m.SenderID)
 			return nil
 		}
-		c := history.Committed{Message: m}
-		c.Message.SentAt = fromNanos(sentAt)
-		out = append(out, c)
+		out = append(out, history.Committed{Message: m})
 		return nil
 	})
 	if err != nil {

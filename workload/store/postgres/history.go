@@ -14,11 +14,11 @@ import (
 // pageQuery reads a page of a chat ($1) after the message $2, resolved to
 // its sequence only within the chat (0 when it does not resolve), limit $3.
 // It ranges over the history_unread index (chat_id, id).
-const pageQuery = `SELECT id, message_id, sender_id, sender_device, correlation_id, body, sent_at
-	FROM history
-	WHERE chat_id = $1
-	  AND id > coalesce((SELECT id FROM history WHERE message_id = $2 AND chat_id = $1), 0)
-	ORDER BY id LIMIT $3`
+const pageQuery = `SELECT ` + messageColumns + `
+	FROM history AS h
+	WHERE h.chat_id = $1
+	  AND h.id > coalesce((SELECT id FROM history WHERE message_id = $2 AND chat_id = $1), 0)
+	ORDER BY h.chat_id, h.id LIMIT $3`
 
 // Page returns up to limit messages of chatID with a Seq above that of the
 // message sinceID, in Seq order, and whether more follow. The cursor is
@@ -51,13 +51,7 @@ func (db *DB) Page(ctx context.Context, chatID, sinceID string, limit int) ([]hi
 		return nil, false, fmt.Errorf("%w: chat %q", history.ErrNotFound, chatID)
 	}
 	rows, _ := br.Query()
-	msgs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (history.Message, error) {
-		m := history.Message{ChatID: chatID}
-		var sentAt int64
-		err := row.Scan(&m.Seq, &m.ID, &m.SenderID, &m.SenderDevice, &m.CorrelationID, &m.Body, &sentAt)
-		m.SentAt = fromNanos(sentAt)
-		return m, err
-	})
+	msgs, err := pgx.CollectRows(rows, scanMessageRow)
 	if err != nil {
 		return nil, false, unavailable("page", err)
 	}

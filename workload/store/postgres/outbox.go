@@ -70,7 +70,7 @@ func (db *DB) Head(ctx context.Context, partition int32) (int64, error) {
 // scanQuery is the outbox scan: a range of the outbox primary key, each row
 // joined by key to its history row.
 const scanQuery = `SELECT o.id, o.recipient, o.created_at,
-	       h.id, h.message_id, h.chat_id, h.sender_id, h.sender_device, h.correlation_id, h.body, h.sent_at
+	       ` + messageColumns + `
 	FROM outbox AS o JOIN history AS h ON h.id = o.history_id
 	WHERE o.id > $1 ORDER BY o.id LIMIT $2`
 
@@ -94,13 +94,12 @@ func (db *DB) Scan(ctx context.Context, partition int32, after int64, limit int)
 	}
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (outbox.Row, error) {
 		var r outbox.Row
-		var created, sentAt int64
-		m := &r.Message
-		err := row.Scan(&r.Pos, &r.Recipient, &created,
-			&m.Seq, &m.ID, &m.ChatID, &m.SenderID, &m.SenderDevice, &m.CorrelationID, &m.Body, &sentAt)
+		var created int64
+		dest, done := messageDest(&r.Message)
+		err := row.Scan(append([]any{&r.Pos, &r.Recipient, &created}, dest...)...)
+		done()
 		r.Partition = Partition
 		r.CreatedAt = fromNanos(created)
-		m.SentAt = fromNanos(sentAt)
 		return r, err
 	})
 	if err != nil {

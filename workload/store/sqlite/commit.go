@@ -66,6 +66,11 @@ func (db *DB) Commit(ctx context.Context, drafts []history.Draft) ([]history.Res
 	if err := c.insert(plan); err != nil {
 		return nil, err
 	}
+	if plan.HasRefs() { // edits and deletes only (edits.go)
+		if err := c.apply(plan.Applies()); err != nil {
+			return nil, err
+		}
+	}
 	if err := tx.Commit(); err != nil {
 		return nil, unavailable("commit", err)
 	}
@@ -111,6 +116,15 @@ func (c *committer) read(plan *history.CommitPlan) (history.Known, error) {
 	}
 	if err := c.readIDs(plan.IDs(), k.UsedIDs); err != nil {
 		return k, err
+	}
+	if plan.HasRefs() { // edits and deletes only (edits.go)
+		ids := plan.Refs()
+		for _, m := range k.Committed {
+			ids = append(ids, m.ID)
+		}
+		if err := c.readTargets(ids, &k); err != nil {
+			return k, err
+		}
 	}
 	return k, nil
 }

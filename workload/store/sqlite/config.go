@@ -128,6 +128,11 @@ func (c Config) writerDSN() string {
 	// The writer checkpoints the WAL every walCheckpointPages frames,
 	// inside the commit that crosses the mark (see walCheckpointPages).
 	q.Add("_pragma", "wal_autocheckpoint("+strconv.Itoa(walCheckpointPages)+")")
+	// A delete erases the message's text (PROTOCOL.md §7.3): with
+	// secure_delete the space a row update or delete frees is overwritten
+	// with zeros in the pages written, so the old text does not linger in
+	// the database file (docs/design.md, "Edit and delete").
+	q.Add("_pragma", "secure_delete(ON)")
 	return c.Path + "?" + q.Encode()
 }
 

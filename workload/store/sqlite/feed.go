@@ -14,7 +14,7 @@ var _ history.Feed = (*DB)(nil)
 // limit); feedMembersQuery lists the members of the chats of the same
 // rows. Both run in one read transaction, so they see one snapshot.
 const (
-	feedRows         = `SELECT id, message_id, chat_id, sender_id, sender_device, correlation_id, body, sent_at FROM history WHERE id > ?1 ORDER BY id LIMIT ?2`
+	feedRows         = `SELECT ` + messageColumns + ` FROM history AS h WHERE h.id > ?1 ORDER BY h.id LIMIT ?2`
 	feedQuery        = feedRows
 	feedMembersQuery = `WITH h AS (` + feedRows + `)
 		SELECT chat_id, user_id FROM members WHERE chat_id IN (SELECT chat_id FROM h) ORDER BY chat_id, user_id`
@@ -42,15 +42,12 @@ func (db *DB) HistoryAfter(ctx context.Context, seq int64, limit int) ([]history
 	}
 	out := make([]history.Committed, 0, min(limit, 512))
 	for rows.Next() {
-		var c history.Committed
-		m := &c.Message
-		var sentAt int64
-		if err := rows.Scan(&m.Seq, &m.ID, &m.ChatID, &m.SenderID, &m.SenderDevice, &m.CorrelationID, &m.Body, &sentAt); err != nil {
+		m, err := scanMessage(rows)
+		if err != nil {
 			rows.Close()
 			return nil, unavailable("history feed", err)
 		}
-		m.SentAt = fromNanos(sentAt)
-		out = append(out, c)
+		out = append(out, history.Committed{Message: m})
 	}
 	err = rows.Err()
 	rows.Close()

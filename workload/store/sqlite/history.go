@@ -45,12 +45,10 @@ func (db *DB) Page(ctx context.Context, chatID, sinceID string, limit int) ([]hi
 			hasMore = true
 			break
 		}
-		m := history.Message{ChatID: chatID}
-		var sentAt int64
-		if err := rows.Scan(&m.Seq, &m.ID, &m.SenderID, &m.SenderDevice, &m.CorrelationID, &m.Body, &sentAt); err != nil {
+		m, err := scanMessage(rows)
+		if err != nil {
 			return nil, false, unavailable("page", err)
 		}
-		m.SentAt = fromNanos(sentAt)
 		msgs = append(msgs, m)
 	}
 	if err := rows.Err(); err != nil {

@@ -64,15 +64,20 @@ func (db *DB) Scan(ctx context.Context, partition int32, after int64, limit int)
 	out := make([]outbox.Row, 0, min(limit, 1024))
 	for rows.Next() {
 		var r outbox.Row
-		var created, sentAt int64
+		var created, sentAt, editedAt int64
+		var kind int
+		var ref string
+		var deleted bool
 		m := &r.Message
 		if err := rows.Scan(&r.Pos, &r.Recipient, &created,
-			&m.Seq, &m.ID, &m.ChatID, &m.SenderID, &m.SenderDevice, &m.CorrelationID, &m.Body, &sentAt); err != nil {
+			&m.Seq, &m.ID, &m.ChatID, &m.SenderID, &m.SenderDevice, &m.CorrelationID, &m.Body, &sentAt,
+			&kind, &ref, &editedAt, &deleted); err != nil {
 			return nil, logUnavailable("scan", err)
 		}
 		r.Partition = Partition
 		r.CreatedAt = fromNanos(created)
 		m.SentAt = fromNanos(sentAt)
+		setKind(m, kind, ref, editedAt, deleted)
 		out = append(out, r)
 	}
 	if err := rows.Err(); err != nil {

@@ -128,16 +128,16 @@ func migrate(ctx context.Context, w *sql.DB) error {
 
 // pageQuery reads a page of a chat (?1) after the message ?2, resolved to
 // its sequence only within the chat, limit ?3. It ranges over history_unread (chat_id, id, sender_id).
-const pageQuery = `SELECT id, message_id, sender_id, sender_device, correlation_id, body, sent_at
-	FROM history
-	WHERE chat_id = ?1
-	  AND id > coalesce((SELECT id FROM history WHERE message_id = ?2 AND chat_id = ?1), 0)
-	ORDER BY id LIMIT ?3`
+const pageQuery = `SELECT ` + messageColumns + `
+	FROM history AS h
+	WHERE h.chat_id = ?1
+	  AND h.id > coalesce((SELECT id FROM history WHERE message_id = ?2 AND chat_id = ?1), 0)
+	ORDER BY h.id LIMIT ?3`
 
 // scanQuery is the outbox scan: a range of the outbox primary key, each row
 // joined by key to its history row.
 const scanQuery = `SELECT o.id, o.recipient, o.created_at,
-	       h.id, h.message_id, h.chat_id, h.sender_id, h.sender_device, h.correlation_id, h.body, h.sent_at
+	       ` + messageColumns + `
 	FROM outbox AS o JOIN history AS h ON h.id = o.history_id
 	WHERE o.id > ? ORDER BY o.id LIMIT ?`
 

@@ -1,0 +1,123 @@
+package sqlite
+
+import (
+	"strings"
+
+	"github.com/tetra-messenger/tetra/workload/history"
+)
+
+// Edits and deletes in Commit (PROTOCOL.md §7.3, history.CommitPlan): a
+// branch of the commit taken only by batches that hold one, so ordinary
+// messages pay nothing for it. The targets are read inside the write
+// transaction (the store has one writer, so they cannot change before
+// the updates), and the updates run in it after the inserts.
+
+// messageColumns are the history columns of a full message, in the order
+// scanMessage reads them.
+const messageColumns = `h.id, h.message_id, h.chat_id, h.sender_id, h.sender_device, h.correlation_id, h.body, h.sent_at,
+	h.kind, h.ref, h.edited_at, h.deleted`
+
+// scanMessage scans messageColumns into a history.Message.
+func scanMessage(rows interface{ Scan(...any) error }) (history.Message, error) {
+	var m history.Message
+	var sentAt, editedAt int64
+	var kind int
+	var ref string
+	var deleted bool
+	if err := rows.Scan(&m.Seq, &m.ID, &m.ChatID, &m.SenderID, &m.SenderDevice, &m.CorrelationID, &m.Body, &sentAt,
+		&kind, &ref, &editedAt, &deleted); err != nil {
+		return m, err
+	}
+	m.SentAt = fromNanos(sentAt)
+	setKind(&m, kind, ref, editedAt, deleted)
+	return m, nil
+}
+
+// setKind fills the edit and delete fields of m from their columns.
+func setKind(m *history.Message, kind int, ref string, editedAt int64, deleted bool) {
+	switch kind {
+	case history.KindEdit:
+		m.Edits = ref
+	case history.KindDelete:
+		m.Deletes = ref
+	}
+	if editedAt != 0 {
+		m.EditedAt = fromNanos(editedAt)
+	}
+	m.Deleted = deleted
+}
+
+// readTargets reads the messages ids names (the targets, and the
+// messages under the batch's keys) into k.Targets, and who may
+// delete any message of their chats into k.Admin: a group's creator, its
+// first admin (PROTOCOL.md §7.5; the admins of migration 0004 plug in
+// here).
+func (c *committer) readTargets(ids []string, k *history.Known) error {
+	args := make([]any, len(ids))
+	for i, id := range ids {
+		args[i] = id
+	}
+	rows, err := c.tx.QueryContext(c.ctx, `SELECT `+messageColumns+`, ch.kind, ch.created_by
+		FROM history AS h JOIN chats AS ch ON ch.id = h.chat_id
+		WHERE h.message_id IN (?`+strings.Repeat(", ?", len(ids)-1)+`)`, args...)
+	if err != nil {
+		return unavailable("commit: targets", err)
+	}
+	defer rows.Close()
+	k.Targets = map[string]history.Message{}
+	admins := map[string]string{}
+	for rows.Next() {
+		var m history.Message
+		var sentAt, editedAt int64
+		var kind int
+		var ref, chatKind, creator string
+		var deleted bool
+		if err := rows.Scan(&m.Seq, &m.ID, &m.ChatID, &m.SenderID, &m.SenderDevice, &m.CorrelationID, &m.Body, &sentAt,
+			&kind, &ref, &editedAt, &deleted, &chatKind, &creator); err != nil {
+			return unavailable("commit: targets", err)
+		}
+		m.SentAt = fromNanos(sentAt)
+		setKind(&m, kind, ref, editedAt, deleted)
+		k.Targets[m.ID] = m
+		if chatKind == history.KindGroup && creator != "" {
+			admins[m.ChatID] = creator
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return unavailable("commit: targets", err)
+	}
+	k.Admin = func(chatID, user string) bool { return admins[chatID] == user }
+	history.CommittedRefs(k)
+	return nil
+}
+
+// apply writes what the committed edits and deletes do (history.Apply):
+// their own kind and ref, then the original's new body and edited_at, or
+// for a delete the erasure of the original's body and its edits' bodies.
+// The rows are updated in place; with secure_delete (Config, always on)
+// SQLite overwrites the text it frees in the database file, and a WAL
+// checkpoint drops the old pages from the -wal file (docs/design.md,
+// "Edit and delete").
+func (c *committer) apply(applies []history.Apply) error {
+	exec := func(q string, args ...any) error {
+		_, err := c.tx.ExecContext(c.ctx, q, args...)
+		return err
+	}
+	for _, a := range applies {
+		err := exec(`UPDATE history SET kind = ?, ref = ? WHERE id = ?`, a.Kind, a.Ref, a.Seq)
+		if err == nil && a.Kind == history.KindEdit {
+			err = exec(`UPDATE history SET body = ?, edited_at = ? WHERE id = ? AND deleted = 0`, a.Body, nanos(a.At), a.Target)
+		}
+		if err == nil && a.Kind == history.KindDelete {
+			err = exec(`UPDATE history SET body = '', edited_at = 0, deleted = 1 WHERE id = ?`, a.Target)
+			if err == nil {
+				// kind <> 0 lets SQLite use the partial index history_ref.
+				err = exec(`UPDATE history SET body = '' WHERE ref = ? AND kind <> 0 AND kind = 1`, a.Ref)
+			}
+		}
+		if err != nil {
+			return unavailable("commit: apply an edit or delete", err)
+		}
+	}
+	return nil
+}

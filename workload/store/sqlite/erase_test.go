@@ -1,0 +1,58 @@
+package sqlite
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/oklog/ulid/v2"
+
+	"github.com/tetra-messenger/tetra/workload/history/historytest"
+)
+
+// TestDeleteErasesTextFromFiles: a deleted message's body, and the bodies
+// of its edits, are erased from storage, not hidden (PROTOCOL.md §7.3):
+// with secure_delete (on in the writer's DSN) and the WAL checkpointed,
+// neither the database file nor the -wal file holds the text. A message
+// that was not deleted is found in the same files, so the search can fail.
+// The outbox rows of the messages are in the same file (they carry no
+// body, only the history id).
+func TestDeleteErasesTextFromFiles(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "tetra.db")
+	db := openDB(t, DefaultConfig(path))
+	g := mustGroup(t, db, "alice", "g", "bob")
+	tag := strings.ToLower(ulid.Make().String())
+	original, edited, kept := "original-secret-"+tag, "edited-secret-"+tag, "kept-text-"+tag
+	// Bodies long enough to overflow a 4 KiB page, and short ones.
+	long := strings.Repeat("L", 3000) + "long-secret-" + tag
+	m := historytest.MustCommit(t, db, historytest.Draft(g.ID, "alice", "c1", original))[0].Message
+	historytest.MustCommit(t, db, historytest.EditDraft(g.ID, "alice", "c2", m.ID, edited))
+	historytest.MustCommit(t, db, historytest.EditDraft(g.ID, "alice", "c3", m.ID, long))
+	historytest.MustCommit(t, db, historytest.Draft(g.ID, "bob", "c4", kept))
+	historytest.MustCommit(t, db, historytest.DeleteDraft(g.ID, "alice", "c5", m.ID))
+
+	var busy, logFrames, done int
+	if err := db.w.QueryRowContext(t.Context(), `PRAGMA wal_checkpoint(TRUNCATE)`).Scan(&busy, &logFrames, &done); err != nil || busy != 0 {
+		t.Fatalf("wal_checkpoint(TRUNCATE) = busy %d, %v", busy, err)
+	}
+	var all []byte
+	for _, f := range []string{path, path + "-wal"} {
+		b, err := os.ReadFile(f)
+		if err != nil && !os.IsNotExist(err) {
+			t.Fatal(err)
+		}
+		all = append(all, b...)
+	}
+	if !bytes.Contains(all, []byte(kept)) {
+		t.Fatalf("the files do not hold the kept message %q: the search cannot find anything", kept)
+	}
+	for _, secret := range []string{original, edited, "long-secret-" + tag} {
+		if bytes.Contains(all, []byte(secret)) {
+			t.Errorf("the database files still hold %q after the delete", secret)
+		}
+	}
+}

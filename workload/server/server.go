@@ -611,6 +611,7 @@ func (s *Server) Start(ctx context.Context) error {
 	s.ln = ln
 	s.httpSrv = &http.Server{
 		Handler:           s.routes(),
+		ConnContext:       connContext, // cork.go
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		IdleTimeout:       120 * time.Second,
@@ -618,7 +619,7 @@ func (s *Server) Start(ctx context.Context) error {
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 	}
 	go func() {
-		if err := s.httpSrv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := s.httpSrv.Serve(corkListener{ln}); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			s.log.Error("http server stopped", "err", err)
 		}
 	}()

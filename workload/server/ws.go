@@ -75,6 +75,7 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 	s.sessions.Add(1)
 	defer s.sessions.Done()
 	sess := newSession(s, c, user, device)
+	sess.cork, _ = r.Context().Value(corkKey{}).(*corkConn)
 	sess.exp, sess.fanout = exp, fanout
 	sess.run()
 }
@@ -118,6 +119,7 @@ type session struct {
 	writerCtx  context.Context
 	writerDone context.CancelFunc
 
+	cork     *corkConn // the connection under ws (cork.go); nil when not served through corkListener
 	member   *delivery.Member
 	inflight atomic.Int32
 	// credits bounds the sends in flight for this connection: the
@@ -287,19 +289,42 @@ func (c *session) writer(ctx context.Context) {
 	watchdog.Stop()
 	defer watchdog.Stop()
 	never := context.WithoutCancel(ctx)
-	write := func(f []byte) bool {
+	guard := func(op func() error) bool {
 		writing.Store(int64(time.Since(base)) + 1)
 		watchdog.Reset(wt)
-		err := c.ws.Write(never, websocket.MessageText, f)
+		err := op()
 		writing.Store(0)
 		watchdog.Stop()
 		return err == nil
+	}
+	write := func(f []byte) bool {
+		return guard(func() error { return c.ws.Write(never, websocket.MessageText, f) })
+	}
+	// batch writes f and, when more frames are queued already, those
+	// too, corked into one write(2) (cork.go).
+	batch := func(f []byte) bool {
+		if c.cork == nil || len(c.out.next()) == 0 {
+			return write(f)
+		}
+		c.cork.cork()
+		ok := c.ws.Write(never, websocket.MessageText, f) == nil
+	more:
+		for ok && c.cork.held() < maxCorkBytes {
+			select {
+			case f := <-c.out.next():
+				c.out.took()
+				ok = c.ws.Write(never, websocket.MessageText, f) == nil
+			default:
+				break more
+			}
+		}
+		return guard(c.cork.uncork) && ok
 	}
 	for {
 		select {
 		case f := <-c.out.next():
 			c.out.took()
-			if !write(f) {
+			if !batch(f) {
 				c.Close(int(websocket.StatusGoingAway), "write failed")
 				c.srv.metrics.WebSocketClosed(1006) // dropped without a close frame
 				c.ws.CloseNow()

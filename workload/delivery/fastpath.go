@@ -49,12 +49,14 @@ func FromResults(results []history.Result) []Committed {
 func (e *Engine) Handoff(batch []Committed) {
 	shed := false
 	covs := e.coverBatch(batch)
+	var ms []*Member
 	for i := range batch {
 		c := &batch[i]
 		frame := MessageFrame(c.Message)
 		for _, d := range c.Rows {
 			cov := covs[d.Partition]
-			for _, m := range e.reg.ofUser(d.Recipient) {
+			ms = e.reg.appendOfUser(ms[:0], d.Recipient)
+			for _, m := range ms {
 				if d.Recipient == c.Message.SenderID && m.client.Device == c.Message.SenderDevice {
 					continue
 				}

@@ -178,10 +178,12 @@ func (e *Engine) scan(ctx context.Context, p int32) {
 		now := e.now()
 		byMember := map[*Member][]item{}
 		frames := map[string][]byte{}
+		var ms []*Member
 		for i := range rows {
 			r := &rows[i]
 			mk := func() item { return e.rowItem(r, p, frames) }
-			for _, m := range e.reg.ofUser(r.Recipient) {
+			ms = e.reg.appendOfUser(ms[:0], r.Recipient)
+			for _, m := range ms {
 				if r.Recipient == r.Message.SenderID && m.client.Device == r.Message.SenderDevice {
 					continue
 				}

@@ -108,18 +108,18 @@ func (r *registry) device(user, device string) *Member {
 }
 
 // ofUser returns the connections of user (one per device).
-func (r *registry) ofUser(user string) []*Member {
+func (r *registry) ofUser(user string) []*Member { return r.appendOfUser(nil, user) }
+
+// appendOfUser appends the connections of user to dst: the per-row form
+// of ofUser, which reuses the caller's buffer instead of allocating a
+// slice per outbox row (Handoff, the poller's scan).
+func (r *registry) appendOfUser(dst []*Member, user string) []*Member {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	devs := r.byUser[user]
-	if len(devs) == 0 {
-		return nil
+	for _, m := range r.byUser[user] {
+		dst = append(dst, m)
 	}
-	out := make([]*Member, 0, len(devs))
-	for _, m := range devs {
-		out = append(out, m)
-	}
-	return out
+	return dst
 }
 
 // ofUsers returns the connections of every user in users except skip.

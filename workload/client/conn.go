@@ -396,8 +396,8 @@ func frameType(b []byte) string {
 func (c *Client) handleFrame(cn *conn, b []byte) {
 	switch typ := frameType(b); typ {
 	case protocol.TypeMessage:
-		var m protocol.Message
-		if err := json.Unmarshal(b, &m); err != nil || m.MessageID == "" || m.ChatID == "" {
+		m, err := protocol.DecodeMessage(b)
+		if err != nil || m.MessageID == "" || m.ChatID == "" {
 			if err == nil && m.MessageID != "" && !c.cfg.ManualAck {
 				cn.addAcks(m.MessageID) // acked, or the server would insist
 			}
@@ -424,8 +424,8 @@ func (c *Client) handleFrame(cn *conn, b []byte) {
 			c.kickSync()
 		}
 	case protocol.TypeAccepted:
-		var a protocol.Accepted
-		if err := json.Unmarshal(b, &a); err != nil {
+		a, err := protocol.DecodeAccepted(b)
+		if err != nil {
 			c.emitError(fmt.Errorf("client: bad accepted frame %.200q: %v", b, err))
 			return
 		}

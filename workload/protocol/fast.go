@@ -1,7 +1,9 @@
 package protocol
 
 import (
+	"encoding/json"
 	"strings"
+	"time"
 	"unicode/utf16"
 	"unicode/utf8"
 )
@@ -326,4 +328,126 @@ func (d *fastDecoder) strs() ([]string, bool) {
 		}
 		return nil, false
 	}
+}
+
+// DecodeMessage decodes a message frame (or a history entry) as
+// json.Unmarshal into a Message does. The frames the server writes
+// (AppendMessage) take a one-pass path without reflection; anything else
+// (an edit's or delete's fields, another key, escapes in a key, any
+// error) goes to json.Unmarshal, whose answer it is. For the Go client and
+// the load generator, which read one of these per delivery.
+func DecodeMessage(data []byte) (Message, error) {
+	if m, ok := decodeMessageFast(data); ok {
+		return m, nil
+	}
+	var m Message
+	err := json.Unmarshal(data, &m)
+	return m, err
+}
+
+// DecodeAccepted is DecodeMessage for accepted frames.
+func DecodeAccepted(data []byte) (Accepted, error) {
+	if a, ok := decodeAcceptedFast(data); ok {
+		return a, nil
+	}
+	var a Accepted
+	err := json.Unmarshal(data, &a)
+	return a, err
+}
+
+// serverFields decodes a flat object of string values whose keys are all
+// in keys (each at most once) into vals (by index), with "sentAt"
+// decoded by time.Time's own UnmarshalJSON. ok is false for anything
+// else.
+func serverFields(data []byte, keys []string, vals []string, at *time.Time) bool {
+	d := fastDecoder{data: data}
+	d.space()
+	if !d.eat('{') {
+		return false
+	}
+	var seen uint32
+	d.space()
+	if d.eat('}') {
+		return false
+	}
+	for {
+		d.space()
+		if !d.eat('"') {
+			return false
+		}
+		start := d.i
+		for d.i < len(d.data) && d.data[d.i] != '"' && d.data[d.i] != '\\' {
+			d.i++
+		}
+		if d.i >= len(d.data) || d.data[d.i] != '"' {
+			return false
+		}
+		key := d.data[start:d.i]
+		d.i++
+		k := -1
+		for i, want := range keys {
+			if string(key) == want {
+				k = i
+				break
+			}
+		}
+		if k < 0 || seen&(1<<k) != 0 {
+			return false
+		}
+		seen |= 1 << k
+		d.space()
+		if !d.eat(':') {
+			return false
+		}
+		d.space()
+		if keys[k] == "sentAt" {
+			vstart := d.i
+			if _, ok := d.str(); !ok {
+				return false
+			}
+			if at.UnmarshalJSON(d.data[vstart:d.i]) != nil {
+				return false
+			}
+		} else {
+			v, ok := d.str()
+			if !ok {
+				return false
+			}
+			vals[k] = v
+		}
+		d.space()
+		if d.eat(',') {
+			continue
+		}
+		if !d.eat('}') {
+			return false
+		}
+		break
+	}
+	d.space()
+	return d.i == len(d.data)
+}
+
+var messageKeys = []string{"type", "messageId", "correlationId", "chatId", "senderId", "body", "sentAt"}
+
+func decodeMessageFast(data []byte) (Message, bool) {
+	var v [7]string
+	var m Message
+	if !serverFields(data, messageKeys, v[:], &m.SentAt) {
+		return Message{}, false
+	}
+	m.Type, m.MessageID, m.CorrelationID, m.ChatID, m.SenderID, m.Body = v[0], v[1], v[2], v[3], v[4], v[5]
+	return m, true
+}
+
+var acceptedKeys = []string{"type", "correlationId", "messageId", "chatId", "sentAt"}
+
+func decodeAcceptedFast(data []byte) (Accepted, bool) {
+	var v [5]string
+	var a Accepted
+	if !serverFields(data, acceptedKeys, v[:], &a.SentAt) {
+		return Accepted{}, false
+	}
+	a.Type, a.CorrelationID, a.MessageID, a.ChatID = v[0], v[1], v[2], v[3]
+	return a, true
 }

@@ -1,9 +1,11 @@
 package protocol
 
 import (
+	"encoding/json"
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 )
 
 // fastFrames are sends and acks the one-pass decoder must take, and
@@ -129,4 +131,49 @@ func BenchmarkDecodeAckGeneral(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// The client's one-pass decoders give what json.Unmarshal gives, on the
+// frames the server writes and on anything else.
+func TestDecodeMessageAgreesWithJSON(t *testing.T) {
+	at := time.Date(2026, 12, 2, 1, 2, 3, 456789000, time.UTC)
+	var frames [][]byte
+	for _, s := range encodeStrings {
+		frames = append(frames,
+			Encode(Message{Type: TypeMessage, MessageID: s, CorrelationID: s, ChatID: s, SenderID: s, Body: s, SentAt: at}),
+			Encode(Accepted{Type: TypeAccepted, CorrelationID: s, MessageID: s, ChatID: s, SentAt: at}))
+	}
+	frames = append(frames, []byte(`{"messageId":"m","Body":"x"}`), []byte(`{"messageId":"m","messageId":"n"}`),
+		[]byte(`{"messageId":"m","edits":"e","sentAt":"2026-12-02T01:02:03Z"}`), []byte(`{"sentAt":"nope"}`), []byte(`[]`))
+	for _, f := range frames {
+		checkDecodeMessage(t, f)
+	}
+	if _, ok := decodeMessageFast(frames[0]); !ok {
+		t.Fatalf("a plain message frame took the slow path: %s", frames[0])
+	}
+	if _, ok := decodeAcceptedFast(frames[1]); !ok {
+		t.Fatalf("a plain accepted frame took the slow path: %s", frames[1])
+	}
+}
+
+func checkDecodeMessage(t *testing.T, f []byte) {
+	t.Helper()
+	var wm Message
+	werr := json.Unmarshal(f, &wm)
+	m, err := DecodeMessage(f)
+	if (err == nil) != (werr == nil) || !reflect.DeepEqual(m, wm) {
+		t.Fatalf("DecodeMessage(%s) = %+v, %v; json: %+v, %v", f, m, err, wm, werr)
+	}
+	var wa Accepted
+	werr = json.Unmarshal(f, &wa)
+	a, err := DecodeAccepted(f)
+	if (err == nil) != (werr == nil) || !reflect.DeepEqual(a, wa) {
+		t.Fatalf("DecodeAccepted(%s) = %+v, %v; json: %+v, %v", f, a, err, wa, werr)
+	}
+}
+
+func FuzzDecodeMessageAgrees(f *testing.F) {
+	f.Add([]byte(`{"type":"message","messageId":"m","correlationId":"k","chatId":"c","senderId":"s","body":"b","sentAt":"2026-12-02T01:02:03.5Z"}`))
+	f.Add([]byte(`{"type":"accepted","correlationId":"k","messageId":"m","chatId":"c","sentAt":"2026-12-02T01:02:03Z"}`))
+	f.Fuzz(func(t *testing.T, data []byte) { checkDecodeMessage(t, data) })
 }

@@ -13,6 +13,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	tetrav1 "github.com/tetra-messenger/tetra/api/v1alpha1"
@@ -37,8 +38,15 @@ func main() {
 		redisPoll     time.Duration
 		redisTimeout  time.Duration
 		leaderElectNS string
+		metricsSecure bool
+		operatorNS    string
 	)
-	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "address of the metrics endpoint (0 disables it)")
+	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8443", "address of the metrics endpoint (0 disables it)")
+	flag.BoolVar(&metricsSecure, "metrics-secure", true, "serve the metrics over HTTPS (a self-signed certificate) behind authentication and authorization:\n"+
+		"a scraper needs a bearer token whose subject may get the non-resource URL /metrics (kubebuilder's default);\n"+
+		"false serves plain HTTP to anyone who reaches the address (bind it to loopback then, for example 127.0.0.1:8080)")
+	flag.StringVar(&operatorNS, "operator-namespace", os.Getenv("POD_NAMESPACE"), "namespace of the operator's pods, admitted by a Messenger's spec.networkPolicy to the client port\n"+
+		"(default $POD_NAMESPACE, set by the chart and config/manager; empty out of cluster: no such rule)")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
 	flag.BoolVar(&leaderElect, "leader-elect", false, "elect a leader so that only one replica reconciles (the chart and config/manager turn it on;\n"+
 		"off by default, as kubebuilder's, so the manager runs out of cluster with no flags)")
@@ -53,9 +61,16 @@ func main() {
 	log := ctrl.Log.WithName("setup")
 	redisid.DiscardClientLogs()
 
-	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
+	cfg := ctrl.GetConfigOrDie()
+	metricsOpts := metricsserver.Options{BindAddress: metricsAddr, SecureServing: metricsSecure}
+	if metricsSecure {
+		// Every scrape is a TokenReview and a SubjectAccessReview against
+		// the API server (config/rbac/metrics_auth_role.yaml grants it).
+		metricsOpts.FilterProvider = filters.WithAuthenticationAndAuthorization
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  scheme,
-		Metrics:                 metricsserver.Options{BindAddress: metricsAddr},
+		Metrics:                 metricsOpts,
 		HealthProbeBindAddress:  probeAddr,
 		LeaderElection:          leaderElect,
 		LeaderElectionID:        "tetra-operator.tetra.dev",
@@ -73,6 +88,7 @@ func main() {
 		Scheme:            mgr.GetScheme(),
 		Recorder:          mgr.GetEventRecorder("tetra-operator"),
 		DefaultImage:      defaultImage,
+		OperatorNamespace: operatorNS,
 		RedisPollInterval: redisPoll,
 		Prober:            redisid.Prober{Timeout: redisTimeout},
 	}
@@ -88,7 +104,8 @@ func main() {
 		log.Error(err, "ready check")
 		os.Exit(1)
 	}
-	log.Info("starting manager", "version", version.Version, "defaultImage", defaultImage, "redisPollInterval", redisPoll, "leaderElection", leaderElect)
+	log.Info("starting manager", "version", version.Version, "defaultImage", defaultImage, "redisPollInterval", redisPoll, "leaderElection", leaderElect,
+		"metricsAddr", metricsAddr, "metricsSecure", metricsSecure, "operatorNamespace", operatorNS)
 	if err := mgr.Start(ctx); err != nil {
 		log.Error(err, "manager stopped")
 		os.Exit(1)

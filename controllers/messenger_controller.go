@@ -11,6 +11,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -93,6 +94,10 @@ type MessengerReconciler struct {
 
 	// DefaultImage is the workload image for Messengers without spec.image.
 	DefaultImage string
+	// OperatorNamespace is where the operator's pods run; with
+	// spec.networkPolicy they are admitted to the workload's client port
+	// (render.Inputs.OperatorNamespace). Empty: out of cluster.
+	OperatorNamespace string
 	// RedisPollInterval is the mean interval between Redis identity
 	// probes (jittered by ±20%). Zero means 10 s.
 	RedisPollInterval time.Duration
@@ -113,12 +118,13 @@ type MessengerReconciler struct {
 // +kubebuilder:rbac:groups="",resources=configmaps;services,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // CacheOptions restricts the manager's cache to what the controller needs:
-// only the ConfigMaps, Deployments, Services, PDBs and Pods the operator
+// only the ConfigMaps, Deployments, Services, PDBs, NetworkPolicies and Pods the operator
 // labels as its own (the workload's pods carry the label from the pod
 // template). Secrets are watched metadata-only.
 func CacheOptions() cache.Options {
@@ -128,6 +134,7 @@ func CacheOptions() cache.Options {
 		&appsv1.Deployment{}:            {Label: sel},
 		&corev1.Service{}:               {Label: sel},
 		&policyv1.PodDisruptionBudget{}: {Label: sel},
+		&networkingv1.NetworkPolicy{}:   {Label: sel},
 		&corev1.Pod{}:                   {Label: sel},
 	}}
 }
@@ -149,6 +156,7 @@ func (r *MessengerReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Man
 		Owns(&appsv1.Deployment{}).
 		Owns(&corev1.Service{}).
 		Owns(&policyv1.PodDisruptionBudget{}).
+		Owns(&networkingv1.NetworkPolicy{}).
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.messengersForSecret), builder.OnlyMetadata).
 		// A pod that cannot pull its image or keeps crashing changes no
 		// Deployment field: the pods themselves are watched, so Degraded
@@ -352,7 +360,8 @@ func (r *MessengerReconciler) renderChildren(ctx context.Context, p *pass) *stop
 	if p.m.Status.Redis != nil {
 		restartEpoch = p.m.Status.Redis.RestartEpoch
 	}
-	in := render.Inputs{DefaultImage: r.DefaultImage, SecretVersions: p.versions, RestartEpoch: restartEpoch}
+	in := render.Inputs{DefaultImage: r.DefaultImage, SecretVersions: p.versions, RestartEpoch: restartEpoch,
+		OperatorNamespace: r.OperatorNamespace}
 	objs, err := render.Render(p.m, in)
 	if err != nil {
 		// The schema refuses bad specs; this is the belt to its braces.
@@ -361,6 +370,9 @@ func (r *MessengerReconciler) renderChildren(ctx context.Context, p *pass) *stop
 	children := []client.Object{objs.ConfigMap, objs.Service, objs.Deployment}
 	if objs.PDB != nil {
 		children = append(children, objs.PDB)
+	}
+	if objs.NetworkPolicy != nil {
+		children = append(children, objs.NetworkPolicy)
 	}
 	var conflicts []string
 	for _, o := range children {
@@ -408,7 +420,10 @@ func (r *MessengerReconciler) applyChildren(ctx context.Context, p *pass) *stop 
 				return fmt.Errorf("apply %s %s: %w", o.GetObjectKind().GroupVersionKind().Kind, o.GetName(), err)
 			}
 		}
-		return r.applyPDB(ctx, p.m, objs.PDB)
+		if err := r.applyOptional(ctx, p.m, objs.PDB, &policyv1.PodDisruptionBudget{}, render.PDBName(p.m)); err != nil {
+			return err
+		}
+		return r.applyOptional(ctx, p.m, objs.NetworkPolicy, &networkingv1.NetworkPolicy{}, render.NetworkPolicyName(p.m))
 	}()
 	if applyErr != nil {
 		// Say so in the status, and still return the error for a retry
@@ -735,29 +750,56 @@ func (r *MessengerReconciler) foreign(ctx context.Context, m *tetrav1.Messenger,
 	return fmt.Sprintf("%s %q", gvk.Kind, key.Name), nil
 }
 
-// applyPDB applies the PDB, or deletes ours when none is wanted.
-func (r *MessengerReconciler) applyPDB(ctx context.Context, m *tetrav1.Messenger, pdb *policyv1.PodDisruptionBudget) error {
-	if pdb != nil {
-		if err := r.apply(ctx, pdb); err != nil {
-			return fmt.Errorf("apply PodDisruptionBudget %s: %w", pdb.Name, err)
+// applyOptionalKind names the kind of an optional child.
+func applyOptionalKind(obj client.Object) string {
+	switch obj.(type) {
+	case *policyv1.PodDisruptionBudget:
+		return "PodDisruptionBudget"
+	case *networkingv1.NetworkPolicy:
+		return "NetworkPolicy"
+	}
+	return fmt.Sprintf("%T", obj)
+}
+
+// applyOptional applies want (a PDB or NetworkPolicy), or, when want is
+// nil, deletes the object of that kind and name if this Messenger controls
+// it. live is an empty object of the kind.
+func (r *MessengerReconciler) applyOptional(ctx context.Context, m *tetrav1.Messenger, want, live client.Object, name string) error {
+	kind := applyOptionalKind(live)
+	if !isNil(want) {
+		if err := r.apply(ctx, want); err != nil {
+			return fmt.Errorf("apply %s %s: %w", kind, name, err)
 		}
 		return nil
 	}
-	var live policyv1.PodDisruptionBudget
-	err := r.Get(ctx, types.NamespacedName{Namespace: m.Namespace, Name: render.PDBName(m)}, &live)
+	err := r.Get(ctx, types.NamespacedName{Namespace: m.Namespace, Name: name}, live)
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	if !metav1.IsControlledBy(&live, m) {
+	if !metav1.IsControlledBy(live, m) {
 		return nil
 	}
-	if err := r.Delete(ctx, &live, client.Preconditions{UID: &live.UID}); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("delete PodDisruptionBudget %s: %w", live.Name, err)
+	uid := live.GetUID()
+	if err := r.Delete(ctx, live, client.Preconditions{UID: &uid}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete %s %s: %w", kind, name, err)
 	}
 	return nil
+}
+
+// isNil tells a nil pointer inside an interface.
+func isNil(o client.Object) bool {
+	switch v := o.(type) {
+	case nil:
+		return true
+	case *policyv1.PodDisruptionBudget:
+		return v == nil
+	case *networkingv1.NetworkPolicy:
+		return v == nil
+	}
+	return false
 }
 
 // apply server-side applies obj with the operator's field owner. An apply

@@ -13,6 +13,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -508,6 +509,38 @@ func TestReplicasNeedRedisAndGetAPDB(t *testing.T) {
 	update(t, ns, "chat", func(m *tetrav1.Messenger) { m.Spec.Replicas = ptrTo(int32(1)) })
 	waitFor(t, wait, "PDB removed", func() (bool, string) {
 		_, ok := get(t, &policyv1.PodDisruptionBudget{}, ns, "chat")
+		return !ok, "still there"
+	})
+}
+
+// TestNetworkPolicyFollowsSpec: spec.networkPolicy renders a NetworkPolicy
+// owned by the Messenger, which the API server accepts, with the operator
+// admitted to the client port; removing the field deletes it.
+func TestNetworkPolicyFollowsSpec(t *testing.T) {
+	needEnv(t)
+	t.Parallel()
+	ns := newNamespace(t)
+	baseSecrets(t, ns)
+	create(t, messenger(ns, "chat", func(m *tetrav1.Messenger) {
+		m.Spec.NetworkPolicy = &tetrav1.NetworkPolicySpec{
+			ClientsFrom: []networkingv1.NetworkPolicyPeer{{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": "ingress"}}}},
+			MetricsFrom: []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: "10.9.0.0/16"}}},
+		}
+	}))
+	waitFor(t, wait, "NetworkPolicy", func() (bool, string) {
+		_, ok := get(t, &networkingv1.NetworkPolicy{}, ns, "chat")
+		return ok, "none"
+	})
+	np, _ := get(t, &networkingv1.NetworkPolicy{}, ns, "chat")
+	if len(np.OwnerReferences) != 1 || np.OwnerReferences[0].Name != "chat" || len(np.Spec.Ingress) != 2 {
+		t.Fatalf("NetworkPolicy %+v", np)
+	}
+	if from := np.Spec.Ingress[0].From; len(from) != 2 || from[1].NamespaceSelector.MatchLabels["kubernetes.io/metadata.name"] != operatorNamespace {
+		t.Errorf("client rule %+v: want the ingress namespace and the operator's (%s)", np.Spec.Ingress[0], operatorNamespace)
+	}
+	update(t, ns, "chat", func(m *tetrav1.Messenger) { m.Spec.NetworkPolicy = nil })
+	waitFor(t, wait, "NetworkPolicy removed", func() (bool, string) {
+		_, ok := get(t, &networkingv1.NetworkPolicy{}, ns, "chat")
 		return !ok, "still there"
 	})
 }

@@ -99,6 +99,7 @@ func run(m *testing.M) int {
 		Scheme:            mgr.GetScheme(),
 		Recorder:          mgr.GetEventRecorder("tetra-operator"),
 		DefaultImage:      "example.test/tetra:default",
+		OperatorNamespace: operatorNamespace,
 		RedisPollInterval: pollInterval,
 		Prober:            redisid.Prober{Timeout: 500 * time.Millisecond},
 		// envtest runs no pods: the rebuild call of a pod goes to the test
@@ -205,6 +206,9 @@ func (r *rebuildRouter) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// operatorNamespace is the namespace the suite's operator says it runs in.
+const operatorNamespace = "tetra-system"
 
 // newNamespace creates a namespace for one test.
 func newNamespace(t *testing.T) string {

@@ -198,6 +198,10 @@ func (n *node) waitSettled(name, image string, timeout time.Duration) (time.Dura
 
 func podURL(p corev1.Pod) string { return "http://" + p.Status.PodIP + ":8080" }
 
+// podMetricsURL is a pod's metrics listener (the operator renders
+// TETRA_METRICS_ADDR=:9090; /metrics is not on 8080 then).
+func podMetricsURL(p corev1.Pod) string { return "http://" + p.Status.PodIP + ":9090" }
+
 func (n *node) serviceURL(name string) string {
 	n.t.Helper()
 	var svc corev1.Service
@@ -635,7 +639,7 @@ func (n *node) liveTuning() {
 	before := n.pods(ns, "chat")
 	reloads := map[string]float64{}
 	for _, p := range before {
-		v, err := metric(podURL(p), "tetra_tuning_reloads_total")
+		v, err := metric(podMetricsURL(p), "tetra_tuning_reloads_total")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -646,7 +650,7 @@ func (n *node) liveTuning() {
 	var slowest time.Duration
 	for _, p := range before {
 		took := waitFor(t, 3*time.Minute, "pod "+p.Name+" to reload its tuning", func() (bool, string) {
-			v, err := metric(podURL(p), "tetra_tuning_reloads_total")
+			v, err := metric(podMetricsURL(p), "tetra_tuning_reloads_total")
 			return err == nil && v > reloads[p.Name], fmt.Sprintf("%v %v", v, err)
 		})
 		if d := time.Since(t0); d > slowest {
@@ -672,7 +676,7 @@ func (n *node) liveTuning() {
 	// paused (the operator writes nothing), the ConfigMap edited by hand,
 	// and only the kubelet's periodic sync to carry it to the pods.
 	for _, p := range after {
-		v, err := metric(podURL(p), "tetra_tuning_reloads_total")
+		v, err := metric(podMetricsURL(p), "tetra_tuning_reloads_total")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -688,7 +692,7 @@ func (n *node) liveTuning() {
 	slowest, fastest := time.Duration(0), time.Hour
 	for _, p := range after {
 		waitFor(t, 3*time.Minute, "pod "+p.Name+" to reload the hand-edited ConfigMap", func() (bool, string) {
-			v, err := metric(podURL(p), "tetra_tuning_reloads_total")
+			v, err := metric(podMetricsURL(p), "tetra_tuning_reloads_total")
 			return err == nil && v > reloads[p.Name], fmt.Sprintf("%v %v", v, err)
 		})
 		d := time.Since(t0)

@@ -40,6 +40,7 @@ func main() {
 		leaderElectNS string
 		metricsSecure bool
 		operatorNS    string
+		rebuildGrace  time.Duration
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8443", "address of the metrics endpoint (0 disables it)")
 	flag.BoolVar(&metricsSecure, "metrics-secure", true, "serve the metrics over HTTPS (a self-signed certificate) behind authentication and authorization:\n"+
@@ -53,6 +54,8 @@ func main() {
 	flag.StringVar(&leaderElectNS, "leader-election-namespace", "", "namespace of the leader lease (default: the pod's namespace)")
 	flag.StringVar(&defaultImage, "default-image", version.WorkloadImage, "workload image for Messengers without spec.image")
 	flag.DurationVar(&redisPoll, "redis-poll-interval", 10*time.Second, "mean interval between Redis identity probes (jittered by ±20%)")
+	flag.DurationVar(&rebuildGrace, "rebuild-grace", controllers.DefaultRebuildGrace, "after a Redis failover, how long to keep asking the pods to rebuild (every 2 s) while one is not ready\n"+
+		"or the call fails, before restarting them instead")
 	flag.DurationVar(&redisTimeout, "redis-timeout", 2*time.Second, "timeout of each Redis or Sentinel call of a probe")
 	opts := zap.Options{}
 	opts.BindFlags(flag.CommandLine)
@@ -89,6 +92,7 @@ func main() {
 		Recorder:          mgr.GetEventRecorder("tetra-operator"),
 		DefaultImage:      defaultImage,
 		OperatorNamespace: operatorNS,
+		RebuildGrace:      rebuildGrace,
 		RedisPollInterval: redisPoll,
 		Prober:            redisid.Prober{Timeout: redisTimeout},
 	}

@@ -693,7 +693,13 @@ func TestRedisPromotionFallsBackToRestart(t *testing.T) {
 	if _, err := a.Do("REPLICAOF", "NO", "ONE"); err != nil {
 		t.Fatal(err)
 	}
+	// The operator keeps asking for RebuildGrace, then restarts.
 	m := waitRedisIdentity(t, ns, func(r *tetrav1.RedisIdentity) bool { return r.MasterReplID != replID && r.Epoch == 1 })
+	failedOver := time.Now()
+	m = waitRedisIdentity(t, ns, func(r *tetrav1.RedisIdentity) bool { return r.RestartEpoch == 1 })
+	if waited := time.Since(failedOver); waited < rebuildGrace-2*time.Second {
+		t.Errorf("restarted %v after the failover, before the rebuild grace (%v) ran out", waited, rebuildGrace)
+	}
 	if m.Status.Redis.RestartEpoch != 1 || m.Status.LastRebuild == nil || m.Status.LastRebuild.Method != "Restart" {
 		t.Fatalf("status %+v %+v", m.Status.Redis, m.Status.LastRebuild)
 	}

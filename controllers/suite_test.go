@@ -100,6 +100,9 @@ func run(m *testing.M) int {
 		Recorder:          mgr.GetEventRecorder("tetra-operator"),
 		DefaultImage:      "example.test/tetra:default",
 		OperatorNamespace: operatorNamespace,
+		// Short, so the restart fallback is seen within a test; long
+		// enough for a test to make a pod ready after a failover.
+		RebuildGrace:      rebuildGrace,
 		RedisPollInterval: pollInterval,
 		Prober:            redisid.Prober{Timeout: 500 * time.Millisecond},
 		// envtest runs no pods: the rebuild call of a pod goes to the test
@@ -209,6 +212,9 @@ func ptrTo[T any](v T) *T { return &v }
 
 // operatorNamespace is the namespace the suite's operator says it runs in.
 const operatorNamespace = "tetra-system"
+
+// rebuildGrace is the suite's MessengerReconciler.RebuildGrace.
+const rebuildGrace = 8 * time.Second
 
 // newNamespace creates a namespace for one test.
 func newNamespace(t *testing.T) string {

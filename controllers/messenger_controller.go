@@ -110,6 +110,9 @@ type MessengerReconciler struct {
 	Prober RedisProber
 	// Rebuilder calls the workload's rebuild endpoint.
 	Rebuilder adminapi.Rebuilder
+	// Health reads the pods' /readyz bodies for the Degraded condition
+	// (a pod that serves while saying "degraded").
+	Health adminapi.HealthReader
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// RebuildGrace is how long after a failover the operator keeps asking
@@ -561,6 +564,16 @@ func (r *MessengerReconciler) computeStatus(ctx context.Context, p *pass) (ctrl.
 	}
 	degraded := p.degraded
 	problems := workloadProblems(pods.Items, &dep)
+	// What the pods say of themselves: ready, but degraded. No event
+	// announces it, so a Messenger with running pods is looked at again
+	// every poll interval.
+	sick := r.Health.Degraded(ctx, pods.Items)
+	for _, name := range sortedKeys(sick) {
+		problems = append(problems, problem{ReasonWorkloadDegraded, fmt.Sprintf("pod %s: degraded: %s", name, sick[name])})
+	}
+	if len(pods.Items) > 0 && (p.result.RequeueAfter == 0 || p.result.RequeueAfter > r.pollAfter()) {
+		p.result.RequeueAfter = r.pollAfter()
+	}
 	if degraded.Status == metav1.ConditionTrue {
 		problems = append(problems, problem{degraded.Reason, degraded.Message})
 	}

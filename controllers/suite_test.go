@@ -110,6 +110,9 @@ func run(m *testing.M) int {
 		Rebuilder: adminapi.Rebuilder{URL: func(p *corev1.Pod) string {
 			return srv.URL + "/" + p.Namespace + "/" + p.Name + "/admin/rebuild"
 		}},
+		Health: adminapi.HealthReader{URL: func(p *corev1.Pod) string {
+			return srv.URL + "/" + p.Namespace + "/" + p.Name + "/readyz"
+		}},
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -18,10 +18,15 @@ import (
 	"github.com/tetra-messenger/tetra/internal/operator/redistest"
 )
 
-// okRebuilds answers every rebuild call of ns and counts them.
+// okRebuilds answers every rebuild call (POST .../admin/rebuild) of ns and
+// counts them.
 func okRebuilds(ns string) *rebuildCalls {
 	calls := &rebuildCalls{}
 	rebuilds.handle(ns, func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost || !strings.HasSuffix(r.URL.Path, "/admin/rebuild") {
+			http.NotFound(w, r) // the operator's /readyz reads, for one
+			return
+		}
 		calls.mu.Lock()
 		calls.tokens = append(calls.tokens, r.Header.Get("Authorization"))
 		calls.paths = append(calls.paths, r.URL.Path)

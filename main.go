@@ -13,8 +13,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	tetrav1 "github.com/tetra-messenger/tetra/api/v1alpha1"
 	"github.com/tetra-messenger/tetra/controllers"
@@ -65,15 +63,9 @@ func main() {
 	redisid.DiscardClientLogs()
 
 	cfg := ctrl.GetConfigOrDie()
-	metricsOpts := metricsserver.Options{BindAddress: metricsAddr, SecureServing: metricsSecure}
-	if metricsSecure {
-		// Every scrape is a TokenReview and a SubjectAccessReview against
-		// the API server (config/rbac/metrics_auth_role.yaml grants it).
-		metricsOpts.FilterProvider = filters.WithAuthenticationAndAuthorization
-	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  scheme,
-		Metrics:                 metricsOpts,
+		Metrics:                 controllers.MetricsOptions(metricsAddr, metricsSecure),
 		HealthProbeBindAddress:  probeAddr,
 		LeaderElection:          leaderElect,
 		LeaderElectionID:        "tetra-operator.tetra.dev",

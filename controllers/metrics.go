@@ -3,7 +3,25 @@ package controllers
 import (
 	"github.com/prometheus/client_golang/prometheus"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 )
+
+// MetricsOptions are the manager's metrics endpoint at addr ("0": off).
+// secure serves HTTPS (a self-signed certificate made at start) behind
+// controller-runtime's authentication and authorization filter
+// (kubebuilder's default): every scrape's bearer token is checked with a
+// TokenReview, and its right to get the non-resource URL /metrics with a
+// SubjectAccessReview (config/rbac/metrics_auth_role.yaml lets the
+// operator ask both; metrics_reader_role.yaml is the scraper's). Without
+// secure, plain HTTP to whoever reaches addr: bind it to loopback.
+func MetricsOptions(addr string, secure bool) metricsserver.Options {
+	o := metricsserver.Options{BindAddress: addr, SecureServing: secure}
+	if secure {
+		o.FilterProvider = filters.WithAuthenticationAndAuthorization
+	}
+	return o
+}
 
 // Reconcile outcomes, the values of tetra_operator_reconciles_total's
 // outcome label. Every call of Reconcile counts exactly once.

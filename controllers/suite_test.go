@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
@@ -38,6 +39,7 @@ import (
 var (
 	k8s        client.Client
 	reconciler *controllers.MessengerReconciler
+	restCfg    *rest.Config
 	skipReason string
 	rebuilds   = &rebuildRouter{handlers: map[string]http.HandlerFunc{}}
 	scheme     = runtime.NewScheme()
@@ -78,6 +80,7 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer env.Stop()
+	restCfg = cfg
 	fmt.Fprintf(os.Stderr, "envtest: kube-apiserver and etcd up in %v (%s)\n", time.Since(start).Round(time.Millisecond), dir)
 
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{

@@ -637,6 +637,11 @@ func TestRedisRestartTriggersRebuild(t *testing.T) {
 	srv2 := redistest.Start(t, port)
 	runID2, _ := srv2.Info("run_id")
 	m = waitRedisIdentity(t, ns, func(r *tetrav1.RedisIdentity) bool { return r.RunID == runID2 })
+	// The epoch is claimed first, the rebuild recorded by the next patch.
+	waitFor(t, wait, "the rebuild recorded", func() (bool, string) {
+		m = msgr(t, ns, "chat")
+		return m.Status.LastRebuild != nil, "none yet"
+	})
 	if m.Status.Redis.Epoch != 1 || m.Status.LastRebuild == nil || m.Status.LastRebuild.Method != "Endpoint" ||
 		m.Status.LastRebuild.Reason != "RedisFailover" || m.Status.LastRebuild.Epoch != 1 || m.Status.LastRebuild.Pods != 1 {
 		t.Fatalf("status after failover: redis %+v rebuild %+v", m.Status.Redis, m.Status.LastRebuild)

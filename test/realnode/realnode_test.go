@@ -1137,7 +1137,7 @@ spec:
 	})
 	svc := n.serviceURL(sentinelMessenger)
 	lg := n.goLoadgen("through the Service across SENTINEL FAILOVER and a SIGKILL", []string{svc},
-		"--clients", "40", "--rate", "100", "--duration", "75s", "--drain", "60s")
+		"--clients", "40", "--rate", "100", "--duration", "90s", "--drain", "60s")
 	time.Sleep(10 * time.Second)
 
 	handled := func(epoch int64, what string) time.Duration {
@@ -1172,15 +1172,22 @@ spec:
 	took = handled(before.Epoch+1, "the operator to handle SENTINEL FAILOVER")
 	n.record("SENTINEL FAILOVER: handled %v after the command (epoch %d, rebuild by the endpoint)", took.Round(100*time.Millisecond), before.Epoch+1)
 	check(before.Epoch+1, replica, "SENTINEL FAILOVER")
-	// The old master follows the new one before it can be promoted back.
+	// The old master follows the new one before it can be promoted back,
+	// and every Sentinel has finished the failover and names the new
+	// master: a Sentinel in TILT mode (its timer stalled on a loaded
+	// machine, seen here) finishes its failover only when TILT ends, 30 s
+	// later; a kill before that splits the Sentinels (one names the dead
+	// master), and the operator rightly acts on nothing (RedisSeveralMasters).
 	waitFor(t, time.Minute, "the old master to follow the new one", func() (bool, string) {
 		v, _ := master.Info("master_link_status")
 		return v == "up", v
 	})
+	waitFor(t, 90*time.Second, "every Sentinel to name the new master, out of TILT", sentinelsAgree(sentinels, ip+":"+strconv.Itoa(replica.Port)))
 	// 2. SIGKILL of the master Sentinel promoted: after down-after (5 s)
 	// the Sentinels promote the old master again.
 	t1 := time.Now()
 	replica.Stop()
+	waitFor(t, 90*time.Second, "every Sentinel to name the promoted master, out of TILT", sentinelsAgree(sentinels, ip+":"+strconv.Itoa(master.Port)))
 	took = handled(before.Epoch+2, "the operator to handle the SIGKILL of the master")
 	n.record("SIGKILL of the master: handled %v after the kill (Sentinel's down-after 5 s included; epoch %d, rebuild by the endpoint)", time.Since(t1).Round(100*time.Millisecond), before.Epoch+2)
 	_ = took
@@ -1206,6 +1213,22 @@ spec:
 	}
 	if e := dep.Spec.Template.Annotations[tetrav1.RedisEpochAnnotation]; e != "" {
 		t.Errorf("the pods were restarted for a failover (redis-epoch %s in the template)", e)
+	}
+}
+
+// sentinelsAgree is a waitFor condition: every Sentinel is out of TILT and
+// names addr as the master, with status ok.
+func sentinelsAgree(sentinels []*redistest.Server, addr string) func() (bool, string) {
+	return func() (bool, string) {
+		var seen []string
+		ok := true
+		for _, s := range sentinels {
+			tilt, _ := s.Info("sentinel_tilt")
+			m, _ := s.Info("master0")
+			seen = append(seen, fmt.Sprintf("%d: tilt=%s %s", s.Port, tilt, m))
+			ok = ok && tilt == "0" && strings.Contains(m, "status=ok") && strings.Contains(m, "address="+addr+",")
+		}
+		return ok, strings.Join(seen, "; ")
 	}
 }
 

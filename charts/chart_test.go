@@ -100,6 +100,8 @@ func TestChartDefaults(t *testing.T) {
 		"CustomResourceDefinition/messengers.tetra.dev", "ServiceAccount/tetra-tetra-operator", "ClusterRole/tetra-tetra-operator",
 		"ClusterRoleBinding/tetra-tetra-operator", "Role/tetra-tetra-operator-leader-election",
 		"RoleBinding/tetra-tetra-operator-leader-election", "Deployment/tetra-tetra-operator",
+		"ClusterRole/tetra-tetra-operator-metrics-auth", "ClusterRoleBinding/tetra-tetra-operator-metrics-auth",
+		"ClusterRole/tetra-tetra-operator-metrics-reader",
 	} {
 		if _, ok := objs[want]; !ok {
 			t.Errorf("missing %s (have %v)", want, keys(objs))
@@ -134,7 +136,8 @@ func TestChartDefaults(t *testing.T) {
 		t.Errorf("image %s", c.Image)
 	}
 	args := strings.Join(c.Args, " ")
-	for _, want := range []string{"--leader-elect=true", "--default-image=ghcr.io/tetra-messenger/tetra:0.1.0", "--redis-poll-interval=10s", "--leader-election-namespace=tetra-system"} {
+	for _, want := range []string{"--leader-elect=true", "--default-image=ghcr.io/tetra-messenger/tetra:0.1.0", "--redis-poll-interval=10s", "--leader-election-namespace=tetra-system",
+		"--metrics-secure=true", "--metrics-bind-address=:8443"} {
 		if !strings.Contains(args, want) {
 			t.Errorf("args %q lack %q", args, want)
 		}
@@ -144,6 +147,26 @@ func TestChartDefaults(t *testing.T) {
 	}
 	if dep.Spec.Template.Spec.ServiceAccountName != "tetra-tetra-operator" || dep.Namespace != "tetra-system" {
 		t.Error("service account or namespace")
+	}
+	if sc := dep.Spec.Template.Spec.SecurityContext; sc.RunAsUser == nil || *sc.RunAsUser != 65532 || sc.RunAsGroup == nil || *sc.RunAsGroup != 65532 {
+		t.Errorf("security context %+v: want runAsUser and runAsGroup 65532 stated", sc)
+	}
+	// The metrics filter asks TokenReviews and SubjectAccessReviews.
+	var auth rbacv1.ClusterRole
+	decode(t, objs["ClusterRole/tetra-tetra-operator-metrics-auth"], &auth)
+	got := map[string]bool{}
+	for _, r := range auth.Rules {
+		for _, res := range r.Resources {
+			got[res+":"+strings.Join(r.Verbs, ",")] = true
+		}
+	}
+	if !got["tokenreviews:create"] || !got["subjectaccessreviews:create"] || len(auth.Rules) != 2 {
+		t.Errorf("metrics-auth rules %+v", auth.Rules)
+	}
+	var authBinding rbacv1.ClusterRoleBinding
+	decode(t, objs["ClusterRoleBinding/tetra-tetra-operator-metrics-auth"], &authBinding)
+	if authBinding.RoleRef.Name != "tetra-tetra-operator-metrics-auth" || authBinding.Subjects[0].Name != "tetra-tetra-operator" {
+		t.Errorf("metrics-auth binding %+v", authBinding)
 	}
 }
 
@@ -265,6 +288,13 @@ type serviceMonitor struct {
 			Path          string `json:"path"`
 			Interval      string `json:"interval"`
 			ScrapeTimeout string `json:"scrapeTimeout"`
+			// The operator's metrics are HTTPS behind authentication
+			// (metrics.secure): Prometheus sends its own token.
+			Scheme          string `json:"scheme"`
+			BearerTokenFile string `json:"bearerTokenFile"`
+			TLSConfig       struct {
+				InsecureSkipVerify bool `json:"insecureSkipVerify"`
+			} `json:"tlsConfig"`
 		} `json:"endpoints"`
 	} `json:"spec"`
 }
@@ -309,7 +339,7 @@ func TestChartMonitoringDisabledByDefault(t *testing.T) {
 	decode(t, objs["Service/tetra-tetra-operator-metrics"], &svc)
 	var dep appsv1.Deployment
 	decode(t, objs["Deployment/tetra-tetra-operator"], &dep)
-	if len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Name != "metrics" || svc.Spec.Ports[0].Port != 8080 ||
+	if len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Name != "metrics" || svc.Spec.Ports[0].Port != 8443 ||
 		svc.Spec.Ports[0].TargetPort.String() != "metrics" {
 		t.Errorf("metrics Service ports %+v", svc.Spec.Ports)
 	}
@@ -323,10 +353,10 @@ func TestChartMonitoringDisabledByDefault(t *testing.T) {
 	}
 	found := false
 	for _, p := range dep.Spec.Template.Spec.Containers[0].Ports {
-		found = found || (p.Name == "metrics" && p.ContainerPort == 8080)
+		found = found || (p.Name == "metrics" && p.ContainerPort == 8443)
 	}
 	if !found {
-		t.Error("the container has no port named metrics on 8080")
+		t.Error("the container has no port named metrics on 8443")
 	}
 }
 
@@ -365,6 +395,9 @@ func TestChartMonitoringEnabled(t *testing.T) {
 	if len(sm.Spec.Endpoints) != 1 || sm.Spec.Endpoints[0].Port != svc.Spec.Ports[0].Name || sm.Spec.Endpoints[0].Path != "/metrics" ||
 		sm.Spec.Endpoints[0].Interval != "15s" || svc.Spec.Ports[0].Port != 9090 {
 		t.Errorf("endpoints %+v, Service ports %+v", sm.Spec.Endpoints, svc.Spec.Ports)
+	}
+	if e := sm.Spec.Endpoints[0]; e.Scheme != "https" || e.BearerTokenFile == "" || !e.TLSConfig.InsecureSkipVerify {
+		t.Errorf("endpoint %+v: the metrics are HTTPS behind authentication (metrics.secure defaults to true)", e)
 	}
 
 	var pr promRule

@@ -1,6 +1,7 @@
 package config_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -54,6 +55,8 @@ func TestDefaultBuilds(t *testing.T) {
 		"ClusterRoleBinding/tetra-operator-manager-rolebinding", "Role/tetra-operator-leader-election-role",
 		"RoleBinding/tetra-operator-leader-election-rolebinding", "Deployment/tetra-operator-controller-manager",
 		"ClusterRole/tetra-operator-messenger-editor-role", "ClusterRole/tetra-operator-messenger-viewer-role",
+		"ClusterRole/tetra-operator-metrics-auth-role", "ClusterRoleBinding/tetra-operator-metrics-auth-rolebinding",
+		"ClusterRole/tetra-operator-metrics-reader", "Service/tetra-operator-controller-manager-metrics",
 	} {
 		if objs[want] == nil {
 			t.Errorf("config/default lacks %s", want)
@@ -68,6 +71,20 @@ func TestDefaultBuilds(t *testing.T) {
 	}
 	if sa := get(dep, "spec", "template", "spec", "serviceAccountName"); sa != "tetra-operator-controller-manager" {
 		t.Errorf("service account %v", sa)
+	}
+	// The metrics are served behind controller-runtime's authentication
+	// and authorization filter, which asks TokenReviews and
+	// SubjectAccessReviews under the metrics-auth role.
+	args := fmt.Sprint(get(dep, "spec", "template", "spec", "containers", 0, "args"))
+	if !strings.Contains(args, "--metrics-secure=true") || !strings.Contains(args, "--metrics-bind-address=:8443") {
+		t.Errorf("manager args %s: want --metrics-secure=true on :8443", args)
+	}
+	auth := fmt.Sprint(get(objs["ClusterRole/tetra-operator-metrics-auth-role"], "rules"))
+	if !strings.Contains(auth, "tokenreviews") || !strings.Contains(auth, "subjectaccessreviews") {
+		t.Errorf("metrics-auth-role rules %s", auth)
+	}
+	if get(objs["ClusterRoleBinding/tetra-operator-metrics-auth-rolebinding"], "subjects", 0, "name") != "tetra-operator-controller-manager" {
+		t.Error("metrics-auth binding does not name the operator's ServiceAccount")
 	}
 	crb := objs["ClusterRoleBinding/tetra-operator-manager-rolebinding"]
 	if get(crb, "roleRef", "name") != "tetra-operator-manager-role" ||
@@ -97,16 +114,17 @@ func TestRBACIsLeastPrivilege(t *testing.T) {
 		}
 	}
 	want := map[string]string{
-		"/secrets":                        "get,list,watch",
-		"/pods":                           "get,list,patch,watch", // watch: Degraded from pod state; patch: the tuning-hash annotation
-		"tetra.dev/messengers":            "get,list,watch",
-		"tetra.dev/messengers/status":     "get,patch,update",
-		"tetra.dev/messengers/finalizers": "update",
-		"events.k8s.io/events":            "create,patch",
-		"apps/deployments":                "create,delete,get,list,patch,update,watch",
-		"/configmaps":                     "create,delete,get,list,patch,update,watch",
-		"/services":                       "create,delete,get,list,patch,update,watch",
-		"policy/poddisruptionbudgets":     "create,delete,get,list,patch,update,watch",
+		"/secrets":                          "get,list,watch",
+		"/pods":                             "get,list,patch,watch", // watch: Degraded from pod state; patch: the tuning-hash annotation
+		"tetra.dev/messengers":              "get,list,watch",
+		"tetra.dev/messengers/status":       "get,patch,update",
+		"tetra.dev/messengers/finalizers":   "update",
+		"events.k8s.io/events":              "create,patch",
+		"apps/deployments":                  "create,delete,get,list,patch,update,watch",
+		"/configmaps":                       "create,delete,get,list,patch,update,watch",
+		"/services":                         "create,delete,get,list,patch,update,watch",
+		"policy/poddisruptionbudgets":       "create,delete,get,list,patch,update,watch",
+		"networking.k8s.io/networkpolicies": "create,delete,get,list,patch,update,watch", // spec.networkPolicy
 	}
 	for k, v := range want {
 		if verbs[k] != v {

@@ -11,6 +11,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -65,6 +66,11 @@ const (
 	reasonInvalidName      = "InvalidName"
 )
 
+// DefaultRebuildGrace: after a Redis outage the pods fail /readyz until
+// they reach Redis again, and are ready one or two readiness periods (10 s
+// each) after it is back; a minute covers that with a margin.
+const DefaultRebuildGrace = 60 * time.Second
+
 // conflictRequeue is how soon a Messenger whose child names are taken is
 // looked at again: the foreign object carries no label the cache sees, so
 // its removal wakes nothing.
@@ -93,6 +99,10 @@ type MessengerReconciler struct {
 
 	// DefaultImage is the workload image for Messengers without spec.image.
 	DefaultImage string
+	// OperatorNamespace is where the operator's pods run; with
+	// spec.networkPolicy they are admitted to the workload's client port
+	// (render.Inputs.OperatorNamespace). Empty: out of cluster.
+	OperatorNamespace string
 	// RedisPollInterval is the mean interval between Redis identity
 	// probes (jittered by ±20%). Zero means 10 s.
 	RedisPollInterval time.Duration
@@ -100,8 +110,16 @@ type MessengerReconciler struct {
 	Prober RedisProber
 	// Rebuilder calls the workload's rebuild endpoint.
 	Rebuilder adminapi.Rebuilder
+	// Health reads the pods' /readyz bodies for the Degraded condition
+	// (a pod that serves while saying "degraded").
+	Health adminapi.HealthReader
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// RebuildGrace is how long after a failover the operator keeps asking
+	// the pods to rebuild (every 2 s) while some pod is not ready or the
+	// call fails, before it restarts them instead. Zero means
+	// DefaultRebuildGrace.
+	RebuildGrace time.Duration
 
 	mu      sync.Mutex
 	pending map[types.NamespacedName]redisid.Identity
@@ -113,12 +131,13 @@ type MessengerReconciler struct {
 // +kubebuilder:rbac:groups="",resources=configmaps;services,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // CacheOptions restricts the manager's cache to what the controller needs:
-// only the ConfigMaps, Deployments, Services, PDBs and Pods the operator
+// only the ConfigMaps, Deployments, Services, PDBs, NetworkPolicies and Pods the operator
 // labels as its own (the workload's pods carry the label from the pod
 // template). Secrets are watched metadata-only.
 func CacheOptions() cache.Options {
@@ -128,6 +147,7 @@ func CacheOptions() cache.Options {
 		&appsv1.Deployment{}:            {Label: sel},
 		&corev1.Service{}:               {Label: sel},
 		&policyv1.PodDisruptionBudget{}: {Label: sel},
+		&networkingv1.NetworkPolicy{}:   {Label: sel},
 		&corev1.Pod{}:                   {Label: sel},
 	}}
 }
@@ -149,6 +169,7 @@ func (r *MessengerReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Man
 		Owns(&appsv1.Deployment{}).
 		Owns(&corev1.Service{}).
 		Owns(&policyv1.PodDisruptionBudget{}).
+		Owns(&networkingv1.NetworkPolicy{}).
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.messengersForSecret), builder.OnlyMetadata).
 		// A pod that cannot pull its image or keeps crashing changes no
 		// Deployment field: the pods themselves are watched, so Degraded
@@ -328,20 +349,97 @@ func (r *MessengerReconciler) observeRedisPhase(ctx context.Context, p *pass) *s
 	p.result.RequeueAfter = r.pollAfter()
 	url := string(p.secrets[rs.SecretRef.Name].Data[render.SecretKey(rs.SecretRef.Key, render.DefaultURLKey)])
 	jwt := p.secrets[p.m.Spec.JWT.SecretRef.Name].Data[render.SecretKey(p.m.Spec.JWT.SecretRef.Key, render.DefaultJWTKey)]
-	cond, changed := r.observeRedis(ctx, p.m, url, jwt)
+	cond, announce, changed := r.observeRedis(ctx, p.m, url)
 	if cond != nil {
 		p.degraded = cond
 	}
 	if changed {
-		// Persist the new identity (and restart epoch) before the
-		// Deployment is patched with it, so a failed patch is retried
-		// with the same epoch instead of being forgotten.
+		// Claim the new identity (and epoch) before acting on it: the
+		// status patch carries an optimistic lock, so a pass that read
+		// a stale cached Messenger (one that has not seen this
+		// operator's last patch yet) loses here and announces and
+		// rebuilds nothing; the failover is handled once.
 		if err := r.patchStatus(ctx, p.orig, p.m); err != nil {
 			return &stop{outcome: OutcomeError, err: err}
 		}
 		p.orig = p.m.DeepCopy()
+		if announce != nil {
+			announce()
+		}
 	}
+	return r.rebuildPhase(ctx, p, jwt)
+}
+
+// rebuildPhase asks the pods to rebuild their index for an epoch the
+// status owes a rebuild (status.redis.epoch above lastRebuild's and above
+// the restart epoch). Every pod must be ready to be asked; until they are
+// (after a Redis outage they come back a probe period or two after
+// Redis), it waits, looking again every rebuildRetry, for up to
+// RebuildGrace from the failover; only then, or when the call still fails
+// by then, does it restart the pods with the epoch in their template.
+func (r *MessengerReconciler) rebuildPhase(ctx context.Context, p *pass, jwt []byte) *stop {
+	red := p.m.Status.Redis
+	if red == nil || red.Epoch == 0 || red.RestartEpoch >= red.Epoch ||
+		(p.m.Status.LastRebuild != nil && p.m.Status.LastRebuild.Epoch >= red.Epoch) {
+		return nil
+	}
+	// The cache may not have this operator's last status patch yet: ask
+	// the API server, so a rebuild is never requested twice for one epoch.
+	var fresh tetrav1.Messenger
+	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(p.m), &fresh); err != nil {
+		return &stop{outcome: OutcomeError, err: err}
+	}
+	if fresh.ResourceVersion != p.m.ResourceVersion {
+		return &stop{res: ctrl.Result{RequeueAfter: conflictRequeueQuiet}, outcome: OutcomeConflict}
+	}
+	epoch := red.Epoch
+	now := metav1.NewTime(r.now().Truncate(time.Second))
+	acked, err := r.requestRebuild(ctx, p.m, jwt)
+	if err == nil {
+		p.m.Status.LastRebuild = &tetrav1.WatermarkRebuild{Time: now, Reason: "RedisFailover", Method: "Endpoint", Epoch: epoch, Pods: int32(acked)}
+		if err := r.patchStatus(ctx, p.orig, p.m); err != nil {
+			return &stop{outcome: OutcomeError, err: err}
+		}
+		p.orig = p.m.DeepCopy()
+		r.Recorder.Eventf(p.m, nil, corev1.EventTypeNormal, ReasonWatermarkRebuildRequested, "Rebuild",
+			"%d pods rebuilt their waterline index after the Redis failover (epoch %d)", acked, epoch)
+		RebuildsTotal.WithLabelValues(RebuildEndpoint).Inc()
+		return nil
+	}
+	since := now.Time
+	if red.Since != nil {
+		since = red.Since.Time
+	}
+	if left := since.Add(r.rebuildGrace()).Sub(r.now()); left > 0 {
+		ctrl.LoggerFrom(ctx).Info("rebuild endpoint not usable yet; asking again", "epoch", epoch, "reason", err.Error(), "restartIn", left.Round(time.Second).String())
+		if p.result.RequeueAfter == 0 || p.result.RequeueAfter > rebuildRetry {
+			p.result.RequeueAfter = rebuildRetry
+		}
+		return nil
+	}
+	red.RestartEpoch = epoch
+	p.m.Status.LastRebuild = &tetrav1.WatermarkRebuild{Time: now, Reason: "RedisFailover", Method: "Restart", Epoch: epoch}
+	// Persist the restart epoch before the Deployment is patched with it,
+	// so a failed patch is retried with the same epoch.
+	if err := r.patchStatus(ctx, p.orig, p.m); err != nil {
+		return &stop{outcome: OutcomeError, err: err}
+	}
+	p.orig = p.m.DeepCopy()
+	r.Recorder.Eventf(p.m, nil, corev1.EventTypeNormal, ReasonRolloutTriggered, "Rollout",
+		"rebuild endpoint not usable for %v (%v): restarting the workload with Redis epoch %d", r.rebuildGrace(), err, epoch)
+	RebuildsTotal.WithLabelValues(RebuildRestart).Inc()
 	return nil
+}
+
+// rebuildRetry is how often a rebuild the pods cannot take yet is asked
+// again during RebuildGrace.
+const rebuildRetry = 2 * time.Second
+
+func (r *MessengerReconciler) rebuildGrace() time.Duration {
+	if r.RebuildGrace <= 0 {
+		return DefaultRebuildGrace
+	}
+	return r.RebuildGrace
 }
 
 // renderChildren renders the children and refuses to touch names taken by
@@ -352,7 +450,8 @@ func (r *MessengerReconciler) renderChildren(ctx context.Context, p *pass) *stop
 	if p.m.Status.Redis != nil {
 		restartEpoch = p.m.Status.Redis.RestartEpoch
 	}
-	in := render.Inputs{DefaultImage: r.DefaultImage, SecretVersions: p.versions, RestartEpoch: restartEpoch}
+	in := render.Inputs{DefaultImage: r.DefaultImage, SecretVersions: p.versions, RestartEpoch: restartEpoch,
+		OperatorNamespace: r.OperatorNamespace}
 	objs, err := render.Render(p.m, in)
 	if err != nil {
 		// The schema refuses bad specs; this is the belt to its braces.
@@ -361,6 +460,9 @@ func (r *MessengerReconciler) renderChildren(ctx context.Context, p *pass) *stop
 	children := []client.Object{objs.ConfigMap, objs.Service, objs.Deployment}
 	if objs.PDB != nil {
 		children = append(children, objs.PDB)
+	}
+	if objs.NetworkPolicy != nil {
+		children = append(children, objs.NetworkPolicy)
 	}
 	var conflicts []string
 	for _, o := range children {
@@ -408,7 +510,10 @@ func (r *MessengerReconciler) applyChildren(ctx context.Context, p *pass) *stop 
 				return fmt.Errorf("apply %s %s: %w", o.GetObjectKind().GroupVersionKind().Kind, o.GetName(), err)
 			}
 		}
-		return r.applyPDB(ctx, p.m, objs.PDB)
+		if err := r.applyOptional(ctx, p.m, objs.PDB, &policyv1.PodDisruptionBudget{}, render.PDBName(p.m)); err != nil {
+			return err
+		}
+		return r.applyOptional(ctx, p.m, objs.NetworkPolicy, &networkingv1.NetworkPolicy{}, render.NetworkPolicyName(p.m))
 	}()
 	if applyErr != nil {
 		// Say so in the status, and still return the error for a retry
@@ -459,6 +564,16 @@ func (r *MessengerReconciler) computeStatus(ctx context.Context, p *pass) (ctrl.
 	}
 	degraded := p.degraded
 	problems := workloadProblems(pods.Items, &dep)
+	// What the pods say of themselves: ready, but degraded. No event
+	// announces it, so a Messenger with running pods is looked at again
+	// every poll interval.
+	sick := r.Health.Degraded(ctx, pods.Items)
+	for _, name := range sortedKeys(sick) {
+		problems = append(problems, problem{ReasonWorkloadDegraded, fmt.Sprintf("pod %s: degraded: %s", name, sick[name])})
+	}
+	if len(pods.Items) > 0 && (p.result.RequeueAfter == 0 || p.result.RequeueAfter > r.pollAfter()) {
+		p.result.RequeueAfter = r.pollAfter()
+	}
 	if degraded.Status == metav1.ConditionTrue {
 		problems = append(problems, problem{degraded.Reason, degraded.Message})
 	}
@@ -584,7 +699,7 @@ func joinMissing(missing []string) string { return strings.Join(missing, ", ") }
 // returns a Degraded condition when the identity cannot be trusted, and
 // whether the status changed in a way that must be persisted before the
 // Deployment is rendered.
-func (r *MessengerReconciler) observeRedis(ctx context.Context, m *tetrav1.Messenger, url string, jwt []byte) (*metav1.Condition, bool) {
+func (r *MessengerReconciler) observeRedis(ctx context.Context, m *tetrav1.Messenger, url string) (*metav1.Condition, func(), bool) {
 	key := types.NamespacedName{Namespace: m.Namespace, Name: m.Name}
 	rs := m.Spec.Redis
 	t := redisid.Target{URL: url}
@@ -605,7 +720,7 @@ func (r *MessengerReconciler) observeRedis(ctx context.Context, m *tetrav1.Messe
 			reason = reasonRedisSeveral
 		}
 		return &metav1.Condition{Status: metav1.ConditionTrue, Reason: reason,
-			Message: err.Error() + "; no action taken until one master is seen"}, false
+			Message: err.Error() + "; no action taken until one master is seen"}, nil, false
 	}
 	now := metav1.NewTime(r.now().Truncate(time.Second))
 	cur := m.Status.Redis
@@ -613,46 +728,43 @@ func (r *MessengerReconciler) observeRedis(ctx context.Context, m *tetrav1.Messe
 		// The first identity: the pods primed against it themselves.
 		m.Status.Redis = &tetrav1.RedisIdentity{RunID: id.RunID, MasterReplID: id.MasterReplID, Address: id.Addr, Since: &now}
 		r.setPending(key, nil)
-		return nil, true
+		return nil, nil, true
 	}
 	if cur.RunID == id.RunID && cur.MasterReplID == id.MasterReplID {
 		r.setPending(key, nil)
-		return nil, false
+		return nil, nil, false
 	}
 	// A different identity: act only when seen twice in a row.
 	if prev, ok := r.getPending(key); !ok || !prev.Same(id) {
 		r.setPending(key, &id)
 		ctrl.LoggerFrom(ctx).Info("redis identity changed; waiting for a second observation", "identity", id.String())
-		return nil, false
+		return nil, nil, false
 	}
 	r.setPending(key, nil)
-	kind := FailoverPromotion
-	if cur.RunID != id.RunID {
-		kind = FailoverRestart
-	}
-	RedisFailoversTotal.WithLabelValues(kind).Inc()
-	epoch := cur.Epoch + 1
 	old := redisid.Identity{RunID: cur.RunID, MasterReplID: cur.MasterReplID, Addr: cur.Address}
-	r.Recorder.Eventf(m, nil, corev1.EventTypeWarning, ReasonRedisFailoverDetected, "Failover",
-		"Redis master changed from %s to %s: epoch %d", old.String(), id.String(), epoch)
-	next := &tetrav1.RedisIdentity{RunID: id.RunID, MasterReplID: id.MasterReplID, Address: id.Addr,
-		Epoch: epoch, RestartEpoch: cur.RestartEpoch, Since: &now}
-	m.Status.Redis = next
-
-	acked, err := r.requestRebuild(ctx, m, jwt)
-	if err == nil {
-		r.Recorder.Eventf(m, nil, corev1.EventTypeNormal, ReasonWatermarkRebuildRequested, "Rebuild",
-			"%d pods rebuilt their waterline index from the outbox after the Redis failover (epoch %d)", acked, epoch)
-		m.Status.LastRebuild = &tetrav1.WatermarkRebuild{Time: now, Reason: "RedisFailover", Method: "Endpoint", Epoch: epoch, Pods: int32(acked)}
-		RebuildsTotal.WithLabelValues(RebuildEndpoint).Inc()
-		return nil, true
+	if id.Renewed(old) {
+		// The same process gave itself a new replication ID because its
+		// first replica attached: the same data, no failover.
+		ctrl.LoggerFrom(ctx).Info("redis master renewed its replication ID (a first replica attached); not a failover", "identity", id.String())
+		m.Status.Redis = &tetrav1.RedisIdentity{RunID: id.RunID, MasterReplID: id.MasterReplID, Address: id.Addr,
+			Epoch: cur.Epoch, RestartEpoch: cur.RestartEpoch, Since: cur.Since}
+		return nil, nil, true
 	}
-	next.RestartEpoch = epoch
-	r.Recorder.Eventf(m, nil, corev1.EventTypeNormal, ReasonRolloutTriggered, "Rollout",
-		"rebuild endpoint not usable (%v): restarting the workload with Redis epoch %d", err, epoch)
-	m.Status.LastRebuild = &tetrav1.WatermarkRebuild{Time: now, Reason: "RedisFailover", Method: "Restart", Epoch: epoch}
-	RebuildsTotal.WithLabelValues(RebuildRestart).Inc()
-	return nil, true
+	kind := FailoverRestart
+	if id.PromotedFrom(old) {
+		kind = FailoverPromotion
+	}
+	epoch := cur.Epoch + 1
+	m.Status.Redis = &tetrav1.RedisIdentity{RunID: id.RunID, MasterReplID: id.MasterReplID, Address: id.Addr,
+		Epoch: epoch, RestartEpoch: cur.RestartEpoch, Since: &now}
+	// Announced only once the new epoch is persisted (observeRedisPhase);
+	// the rebuild follows in rebuildPhase.
+	announce := func() {
+		RedisFailoversTotal.WithLabelValues(kind).Inc()
+		r.Recorder.Eventf(m, nil, corev1.EventTypeWarning, ReasonRedisFailoverDetected, "Failover",
+			"Redis master changed (%s) from %s to %s: epoch %d", kind, old.String(), id.String(), epoch)
+	}
+	return nil, announce, true
 }
 
 // requestRebuild asks every pod of the Messenger to rebuild its index.
@@ -735,29 +847,56 @@ func (r *MessengerReconciler) foreign(ctx context.Context, m *tetrav1.Messenger,
 	return fmt.Sprintf("%s %q", gvk.Kind, key.Name), nil
 }
 
-// applyPDB applies the PDB, or deletes ours when none is wanted.
-func (r *MessengerReconciler) applyPDB(ctx context.Context, m *tetrav1.Messenger, pdb *policyv1.PodDisruptionBudget) error {
-	if pdb != nil {
-		if err := r.apply(ctx, pdb); err != nil {
-			return fmt.Errorf("apply PodDisruptionBudget %s: %w", pdb.Name, err)
+// applyOptionalKind names the kind of an optional child.
+func applyOptionalKind(obj client.Object) string {
+	switch obj.(type) {
+	case *policyv1.PodDisruptionBudget:
+		return "PodDisruptionBudget"
+	case *networkingv1.NetworkPolicy:
+		return "NetworkPolicy"
+	}
+	return fmt.Sprintf("%T", obj)
+}
+
+// applyOptional applies want (a PDB or NetworkPolicy), or, when want is
+// nil, deletes the object of that kind and name if this Messenger controls
+// it. live is an empty object of the kind.
+func (r *MessengerReconciler) applyOptional(ctx context.Context, m *tetrav1.Messenger, want, live client.Object, name string) error {
+	kind := applyOptionalKind(live)
+	if !isNil(want) {
+		if err := r.apply(ctx, want); err != nil {
+			return fmt.Errorf("apply %s %s: %w", kind, name, err)
 		}
 		return nil
 	}
-	var live policyv1.PodDisruptionBudget
-	err := r.Get(ctx, types.NamespacedName{Namespace: m.Namespace, Name: render.PDBName(m)}, &live)
+	err := r.Get(ctx, types.NamespacedName{Namespace: m.Namespace, Name: name}, live)
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	if !metav1.IsControlledBy(&live, m) {
+	if !metav1.IsControlledBy(live, m) {
 		return nil
 	}
-	if err := r.Delete(ctx, &live, client.Preconditions{UID: &live.UID}); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("delete PodDisruptionBudget %s: %w", live.Name, err)
+	uid := live.GetUID()
+	if err := r.Delete(ctx, live, client.Preconditions{UID: &uid}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete %s %s: %w", kind, name, err)
 	}
 	return nil
+}
+
+// isNil tells a nil pointer inside an interface.
+func isNil(o client.Object) bool {
+	switch v := o.(type) {
+	case nil:
+		return true
+	case *policyv1.PodDisruptionBudget:
+		return v == nil
+	case *networkingv1.NetworkPolicy:
+		return v == nil
+	}
+	return false
 }
 
 // apply server-side applies obj with the operator's field owner. An apply

@@ -13,6 +13,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -512,6 +513,38 @@ func TestReplicasNeedRedisAndGetAPDB(t *testing.T) {
 	})
 }
 
+// TestNetworkPolicyFollowsSpec: spec.networkPolicy renders a NetworkPolicy
+// owned by the Messenger, which the API server accepts, with the operator
+// admitted to the client port; removing the field deletes it.
+func TestNetworkPolicyFollowsSpec(t *testing.T) {
+	needEnv(t)
+	t.Parallel()
+	ns := newNamespace(t)
+	baseSecrets(t, ns)
+	create(t, messenger(ns, "chat", func(m *tetrav1.Messenger) {
+		m.Spec.NetworkPolicy = &tetrav1.NetworkPolicySpec{
+			ClientsFrom: []networkingv1.NetworkPolicyPeer{{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": "ingress"}}}},
+			MetricsFrom: []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: "10.9.0.0/16"}}},
+		}
+	}))
+	waitFor(t, wait, "NetworkPolicy", func() (bool, string) {
+		_, ok := get(t, &networkingv1.NetworkPolicy{}, ns, "chat")
+		return ok, "none"
+	})
+	np, _ := get(t, &networkingv1.NetworkPolicy{}, ns, "chat")
+	if len(np.OwnerReferences) != 1 || np.OwnerReferences[0].Name != "chat" || len(np.Spec.Ingress) != 2 {
+		t.Fatalf("NetworkPolicy %+v", np)
+	}
+	if from := np.Spec.Ingress[0].From; len(from) != 2 || from[1].NamespaceSelector.MatchLabels["kubernetes.io/metadata.name"] != operatorNamespace {
+		t.Errorf("client rule %+v: want the ingress namespace and the operator's (%s)", np.Spec.Ingress[0], operatorNamespace)
+	}
+	update(t, ns, "chat", func(m *tetrav1.Messenger) { m.Spec.NetworkPolicy = nil })
+	waitFor(t, wait, "NetworkPolicy removed", func() (bool, string) {
+		_, ok := get(t, &networkingv1.NetworkPolicy{}, ns, "chat")
+		return !ok, "still there"
+	})
+}
+
 // --- Redis failover -------------------------------------------------------
 
 // readyPod creates a pod of the Messenger's Deployment and marks it ready
@@ -604,6 +637,11 @@ func TestRedisRestartTriggersRebuild(t *testing.T) {
 	srv2 := redistest.Start(t, port)
 	runID2, _ := srv2.Info("run_id")
 	m = waitRedisIdentity(t, ns, func(r *tetrav1.RedisIdentity) bool { return r.RunID == runID2 })
+	// The epoch is claimed first, the rebuild recorded by the next patch.
+	waitFor(t, wait, "the rebuild recorded", func() (bool, string) {
+		m = msgr(t, ns, "chat")
+		return m.Status.LastRebuild != nil, "none yet"
+	})
 	if m.Status.Redis.Epoch != 1 || m.Status.LastRebuild == nil || m.Status.LastRebuild.Method != "Endpoint" ||
 		m.Status.LastRebuild.Reason != "RedisFailover" || m.Status.LastRebuild.Epoch != 1 || m.Status.LastRebuild.Pods != 1 {
 		t.Fatalf("status after failover: redis %+v rebuild %+v", m.Status.Redis, m.Status.LastRebuild)
@@ -660,7 +698,13 @@ func TestRedisPromotionFallsBackToRestart(t *testing.T) {
 	if _, err := a.Do("REPLICAOF", "NO", "ONE"); err != nil {
 		t.Fatal(err)
 	}
+	// The operator keeps asking for RebuildGrace, then restarts.
 	m := waitRedisIdentity(t, ns, func(r *tetrav1.RedisIdentity) bool { return r.MasterReplID != replID && r.Epoch == 1 })
+	failedOver := time.Now()
+	m = waitRedisIdentity(t, ns, func(r *tetrav1.RedisIdentity) bool { return r.RestartEpoch == 1 })
+	if waited := time.Since(failedOver); waited < rebuildGrace-2*time.Second {
+		t.Errorf("restarted %v after the failover, before the rebuild grace (%v) ran out", waited, rebuildGrace)
+	}
 	if m.Status.Redis.RestartEpoch != 1 || m.Status.LastRebuild == nil || m.Status.LastRebuild.Method != "Restart" {
 		t.Fatalf("status %+v %+v", m.Status.Redis, m.Status.LastRebuild)
 	}

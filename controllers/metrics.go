@@ -3,7 +3,25 @@ package controllers
 import (
 	"github.com/prometheus/client_golang/prometheus"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 )
+
+// MetricsOptions are the manager's metrics endpoint at addr ("0": off).
+// secure serves HTTPS (a self-signed certificate made at start) behind
+// controller-runtime's authentication and authorization filter
+// (kubebuilder's default): every scrape's bearer token is checked with a
+// TokenReview, and its right to get the non-resource URL /metrics with a
+// SubjectAccessReview (config/rbac/metrics_auth_role.yaml lets the
+// operator ask both; metrics_reader_role.yaml is the scraper's). Without
+// secure, plain HTTP to whoever reaches addr: bind it to loopback.
+func MetricsOptions(addr string, secure bool) metricsserver.Options {
+	o := metricsserver.Options{BindAddress: addr, SecureServing: secure}
+	if secure {
+		o.FilterProvider = filters.WithAuthenticationAndAuthorization
+	}
+	return o
+}
 
 // Reconcile outcomes, the values of tetra_operator_reconciles_total's
 // outcome label. Every call of Reconcile counts exactly once.
@@ -40,13 +58,16 @@ var Outcomes = []string{OutcomeReady, OutcomeProgressing, OutcomeDegraded, Outco
 	OutcomeError, OutcomePaused, OutcomeConflict, OutcomeDeleted}
 
 // Failover kinds, the values of tetra_operator_redis_failovers_total's kind
-// label: which part of the Redis identity changed.
+// label: how the new master relates to the old one (redisid.PromotedFrom).
 const (
-	// FailoverRestart: run_id changed: a new master process (a restart,
-	// or another server now answers at the address).
+	// FailoverRestart: a new master process with a history of its own
+	// (a restart without persistence, or another server now answers at
+	// the address).
 	FailoverRestart = "restart"
-	// FailoverPromotion: same run_id, new master_replid: the process was
-	// a replica and has been promoted.
+	// FailoverPromotion: the new master followed the old one's history
+	// until it was promoted: its master_replid2 is the old master_replid
+	// (a replica promoted by Sentinel, another process), or it is the same
+	// process with a new master_replid after REPLICAOF NO ONE.
 	FailoverPromotion = "promotion"
 )
 
@@ -69,7 +90,7 @@ var (
 	}, []string{"outcome"})
 	RedisFailoversTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "tetra_operator_redis_failovers_total",
-		Help: "Confirmed Redis identity changes the operator acted on, by kind (restart: new run_id; promotion: same run_id, new master_replid).",
+		Help: "Confirmed Redis identity changes the operator acted on, by kind (promotion: the new master followed the old one's history, as a replica promoted by Sentinel; restart: a new process with a history of its own).",
 	}, []string{"kind"})
 	RebuildsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "tetra_operator_rebuilds_total",

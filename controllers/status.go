@@ -36,6 +36,11 @@ const (
 	// ReasonReplicaFailure (Degraded): the ReplicaSet cannot create pods
 	// (quota, admission).
 	ReasonReplicaFailure = "ReplicaFailure"
+	// ReasonWorkloadDegraded (Degraded): a pod serves (it stays ready)
+	// but its /readyz body says {"status":"degraded","reason":...}, for
+	// example live delivery while Redis is away; the message names the
+	// pod and quotes the reason.
+	ReasonWorkloadDegraded = "WorkloadDegraded"
 )
 
 // problem is one reason for Degraded=True.
@@ -216,4 +221,13 @@ func setRolloutConditions(m *tetrav1.Messenger, r rollout, hash string) bool {
 				r.ready, r.desired, r.updated, r.desired, hash, r.total))
 	}
 	return false
+}
+
+func sortedKeys(m map[string]string) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
 }

@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
@@ -38,6 +39,7 @@ import (
 var (
 	k8s        client.Client
 	reconciler *controllers.MessengerReconciler
+	restCfg    *rest.Config
 	skipReason string
 	rebuilds   = &rebuildRouter{handlers: map[string]http.HandlerFunc{}}
 	scheme     = runtime.NewScheme()
@@ -78,6 +80,7 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer env.Stop()
+	restCfg = cfg
 	fmt.Fprintf(os.Stderr, "envtest: kube-apiserver and etcd up in %v (%s)\n", time.Since(start).Round(time.Millisecond), dir)
 
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
@@ -99,12 +102,19 @@ func run(m *testing.M) int {
 		Scheme:            mgr.GetScheme(),
 		Recorder:          mgr.GetEventRecorder("tetra-operator"),
 		DefaultImage:      "example.test/tetra:default",
+		OperatorNamespace: operatorNamespace,
+		// Short, so the restart fallback is seen within a test; long
+		// enough for a test to make a pod ready after a failover.
+		RebuildGrace:      rebuildGrace,
 		RedisPollInterval: pollInterval,
 		Prober:            redisid.Prober{Timeout: 500 * time.Millisecond},
 		// envtest runs no pods: the rebuild call of a pod goes to the test
 		// server, routed by the pod's namespace (one per test).
 		Rebuilder: adminapi.Rebuilder{URL: func(p *corev1.Pod) string {
 			return srv.URL + "/" + p.Namespace + "/" + p.Name + "/admin/rebuild"
+		}},
+		Health: adminapi.HealthReader{URL: func(p *corev1.Pod) string {
+			return srv.URL + "/" + p.Namespace + "/" + p.Name + "/readyz"
 		}},
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -205,6 +215,12 @@ func (r *rebuildRouter) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// operatorNamespace is the namespace the suite's operator says it runs in.
+const operatorNamespace = "tetra-system"
+
+// rebuildGrace is the suite's MessengerReconciler.RebuildGrace.
+const rebuildGrace = 8 * time.Second
 
 // newNamespace creates a namespace for one test.
 func newNamespace(t *testing.T) string {

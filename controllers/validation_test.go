@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -119,6 +120,23 @@ func TestRefusedSpecs(t *testing.T) {
 		{"nudge timeout", func(m *tetrav1.Messenger) {
 			m.Spec.Nudge = &tetrav1.NudgeSpec{URL: "https://push.example.com/hook", SecretRef: tetrav1.JWTSecretRef{Name: "nudge"}, Timeout: d("10ms")}
 		}, "spec.nudge.timeout", "between 100ms and 5m"},
+		// spec.networkPolicy: the peers' shape and CIDRs, and a policy
+		// that names someone.
+		{"network policy naming no one", func(m *tetrav1.Messenger) { m.Spec.NetworkPolicy = &tetrav1.NetworkPolicySpec{} }, "spec.networkPolicy", "must name clientsFrom, metricsFrom or allowAllClients"},
+		{"network policy all clients and clientsFrom", func(m *tetrav1.Messenger) {
+			m.Spec.NetworkPolicy = &tetrav1.NetworkPolicySpec{AllowAllClients: true, ClientsFrom: []networkingv1.NetworkPolicyPeer{nsPeer("x")}}
+		}, "spec.networkPolicy.clientsFrom", "must be omitted when spec.networkPolicy.allowAllClients is true"},
+		{"network policy empty peer", func(m *tetrav1.Messenger) {
+			m.Spec.NetworkPolicy = &tetrav1.NetworkPolicySpec{ClientsFrom: []networkingv1.NetworkPolicyPeer{{}}}
+		}, "spec.networkPolicy.clientsFrom", "either an ipBlock alone"},
+		{"network policy ipBlock with a selector", func(m *tetrav1.Messenger) {
+			p := nsPeer("x")
+			p.IPBlock = &networkingv1.IPBlock{CIDR: "10.0.0.0/8"}
+			m.Spec.NetworkPolicy = &tetrav1.NetworkPolicySpec{MetricsFrom: []networkingv1.NetworkPolicyPeer{p}}
+		}, "spec.networkPolicy.metricsFrom", "either an ipBlock alone"},
+		{"network policy bad CIDR", func(m *tetrav1.Messenger) {
+			m.Spec.NetworkPolicy = &tetrav1.NetworkPolicySpec{ClientsFrom: []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: "10.0.0.300/8"}}}}
+		}, "spec.networkPolicy.clientsFrom", "must be a CIDR"},
 		// The name is the children's instance label and the Service's name.
 		{"name too long", func(m *tetrav1.Messenger) { m.Name = strings.Repeat("a", 64) }, "metadata.name", "at most 63 characters"},
 		{"name with a dot", func(m *tetrav1.Messenger) { m.Name = "chat.v2" }, "metadata.name", "DNS-1035 label"},
@@ -154,6 +172,10 @@ func TestRefusedSpecs(t *testing.T) {
 			m.Spec.Nudge = &tetrav1.NudgeSpec{URL: "http://push.default.svc:8080/hooks/nudge?x=1", SecretRef: tetrav1.JWTSecretRef{Name: "nudge"}}
 		},
 		func(m *tetrav1.Messenger) {
+			m.Spec.NetworkPolicy = &tetrav1.NetworkPolicySpec{AllowAllClients: true,
+				MetricsFrom: []networkingv1.NetworkPolicyPeer{nsPeer("monitoring"), {IPBlock: &networkingv1.IPBlock{CIDR: "10.1.0.0/16", Except: []string{"10.1.2.0/24"}}}}}
+		},
+		func(m *tetrav1.Messenger) {
 			m.Spec.PostgreSQL.SecretRef = tetrav1.URLSecretRef{Name: "pg.v2", Key: "DB_url-2.x"}
 			m.Spec.JWT.SecretRef = tetrav1.JWTSecretRef{Name: strings.Repeat("j", 253), Key: "_jwt"}
 		},
@@ -165,6 +187,10 @@ func TestRefusedSpecs(t *testing.T) {
 			t.Errorf("valid spec %d refused: %v", i, err)
 		}
 	}
+}
+
+func nsPeer(name string) networkingv1.NetworkPolicyPeer {
+	return networkingv1.NetworkPolicyPeer{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": name}}}
 }
 
 // TestSamplesAreAccepted: the samples in config/samples pass the API

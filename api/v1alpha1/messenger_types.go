@@ -2,6 +2,7 @@ package v1alpha1
 
 import (
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -356,9 +357,48 @@ type NudgeSpec struct {
 	Timeout *metav1.Duration `json:"timeout,omitempty"`
 }
 
+// NetworkPolicySpec asks for a NetworkPolicy that admits, to the
+// workload's pods, only the sources named here (every other ingress is
+// dropped; egress is not restricted). The pods serve two ports: the client
+// port "http" (8080: the HTTP API, WebSocket /ws, /healthz, /readyz and the
+// admin endpoints) and the metrics port "metrics" (9090: /metrics only).
+// The operator's own pods (label app.kubernetes.io/name=tetra-operator in
+// the operator's namespace) are always admitted to the client port: they
+// call /admin/rebuild after a Redis failover. The kubelet's probes are not
+// subject to NetworkPolicy on common plugins. Each peer is a standard
+// NetworkPolicyPeer: an ipBlock alone, or a podSelector and/or a
+// namespaceSelector (both together: those pods of those namespaces).
+// +kubebuilder:validation:XValidation:rule="has(self.clientsFrom) || has(self.metricsFrom) || (has(self.allowAllClients) && self.allowAllClients)",message="spec.networkPolicy must name clientsFrom, metricsFrom or allowAllClients: an empty policy would admit only the operator"
+type NetworkPolicySpec struct {
+	// AllowAllClients admits every source to the client port (the usual
+	// choice behind an Ingress or a LoadBalancer: the clients are the
+	// internet); clientsFrom must then be omitted. Default false.
+	// +optional
+	AllowAllClients bool `json:"allowAllClients,omitempty"`
+	// ClientsFrom are the sources admitted to the client port "http"
+	// (for example the namespace of the ingress controller). Omitted (and
+	// allowAllClients false): only the operator reaches it.
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:XValidation:rule="self.all(p, has(p.ipBlock) ? !has(p.podSelector) && !has(p.namespaceSelector) : has(p.podSelector) || has(p.namespaceSelector))",message="spec.networkPolicy.clientsFrom: each peer names either an ipBlock alone, or a podSelector and/or a namespaceSelector"
+	// +kubebuilder:validation:XValidation:rule="self.all(p, !has(p.ipBlock) || isCIDR(p.ipBlock.cidr))",message="spec.networkPolicy.clientsFrom: ipBlock.cidr must be a CIDR such as 10.0.0.0/8"
+	// +listType=atomic
+	// +optional
+	ClientsFrom []networkingv1.NetworkPolicyPeer `json:"clientsFrom,omitempty"`
+	// MetricsFrom are the sources admitted to the metrics port "metrics"
+	// (for example the monitoring namespace's Prometheus). Omitted: no
+	// one scrapes the pods.
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:XValidation:rule="self.all(p, has(p.ipBlock) ? !has(p.podSelector) && !has(p.namespaceSelector) : has(p.podSelector) || has(p.namespaceSelector))",message="spec.networkPolicy.metricsFrom: each peer names either an ipBlock alone, or a podSelector and/or a namespaceSelector"
+	// +kubebuilder:validation:XValidation:rule="self.all(p, !has(p.ipBlock) || isCIDR(p.ipBlock.cidr))",message="spec.networkPolicy.metricsFrom: ipBlock.cidr must be a CIDR such as 10.0.0.0/8"
+	// +listType=atomic
+	// +optional
+	MetricsFrom []networkingv1.NetworkPolicyPeer `json:"metricsFrom,omitempty"`
+}
+
 // MessengerSpec declares one messenger deployment.
 // +kubebuilder:validation:XValidation:rule="self.backend == 'kafka' ? has(self.kafka) : !has(self.kafka)",message="spec.kafka is required when spec.backend is kafka and must be omitted otherwise",fieldPath=".kafka"
 // +kubebuilder:validation:XValidation:rule="!has(self.replicas) || self.replicas <= 1 || has(self.redis)",message="spec.replicas > 1 requires spec.redis: the embedded in-process index serves a single instance",fieldPath=".replicas"
+// +kubebuilder:validation:XValidation:rule="!has(self.networkPolicy) || !has(self.networkPolicy.allowAllClients) || !self.networkPolicy.allowAllClients || !has(self.networkPolicy.clientsFrom)",message="spec.networkPolicy.clientsFrom must be omitted when spec.networkPolicy.allowAllClients is true",fieldPath=".networkPolicy.clientsFrom"
 type MessengerSpec struct {
 	// Backend is where the outbox lives: postgres or kafka. History is
 	// always in PostgreSQL. Cold: a change rolls the pods.
@@ -380,9 +420,18 @@ type MessengerSpec struct {
 	// +kubebuilder:validation:Maximum=100
 	// +optional
 	Replicas *int32 `json:"replicas,omitempty"`
-	// Resources of the workload container.
+	// Resources of the workload container. Empty (no requests and no
+	// limits): requests of 500m CPU, 512Mi memory and 64Mi ephemeral
+	// storage, limits of 1Gi memory and 1Gi ephemeral storage and none on
+	// CPU, sized from measurements (docs/operator.md, "Production
+	// defaults"); anything set is used as given, with no defaults mixed in.
 	// +optional
 	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
+	// NetworkPolicy, when set, renders a NetworkPolicy <name> that admits
+	// only the named sources to the pods' ports. Omitted: none (all
+	// ingress allowed, as without the operator).
+	// +optional
+	NetworkPolicy *NetworkPolicySpec `json:"networkPolicy,omitempty"`
 
 	// PostgreSQL holds history (and the outbox with backend postgres).
 	PostgreSQL PostgreSQLSpec `json:"postgresql"`

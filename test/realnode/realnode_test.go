@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -197,6 +198,10 @@ func (n *node) waitSettled(name, image string, timeout time.Duration) (time.Dura
 }
 
 func podURL(p corev1.Pod) string { return "http://" + p.Status.PodIP + ":8080" }
+
+// podMetricsURL is a pod's metrics listener (the operator renders
+// TETRA_METRICS_ADDR=:9090; /metrics is not on 8080 then).
+func podMetricsURL(p corev1.Pod) string { return "http://" + p.Status.PodIP + ":9090" }
 
 func (n *node) serviceURL(name string) string {
 	n.t.Helper()
@@ -440,6 +445,8 @@ func TestRealNode(t *testing.T) {
 		{"crash-loop", n.crashLoop},
 		{"key-prefix", n.keyPrefix},
 		{"deletion", n.deletion},
+		{"sentinel-failover", n.sentinelFailover},
+		{"pod-loss", n.podLoss},
 		{"kustomize", n.kustomize},
 	}
 	for _, s := range steps {
@@ -635,7 +642,7 @@ func (n *node) liveTuning() {
 	before := n.pods(ns, "chat")
 	reloads := map[string]float64{}
 	for _, p := range before {
-		v, err := metric(podURL(p), "tetra_tuning_reloads_total")
+		v, err := metric(podMetricsURL(p), "tetra_tuning_reloads_total")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -646,7 +653,7 @@ func (n *node) liveTuning() {
 	var slowest time.Duration
 	for _, p := range before {
 		took := waitFor(t, 3*time.Minute, "pod "+p.Name+" to reload its tuning", func() (bool, string) {
-			v, err := metric(podURL(p), "tetra_tuning_reloads_total")
+			v, err := metric(podMetricsURL(p), "tetra_tuning_reloads_total")
 			return err == nil && v > reloads[p.Name], fmt.Sprintf("%v %v", v, err)
 		})
 		if d := time.Since(t0); d > slowest {
@@ -672,7 +679,7 @@ func (n *node) liveTuning() {
 	// paused (the operator writes nothing), the ConfigMap edited by hand,
 	// and only the kubelet's periodic sync to carry it to the pods.
 	for _, p := range after {
-		v, err := metric(podURL(p), "tetra_tuning_reloads_total")
+		v, err := metric(podMetricsURL(p), "tetra_tuning_reloads_total")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -688,7 +695,7 @@ func (n *node) liveTuning() {
 	slowest, fastest := time.Duration(0), time.Hour
 	for _, p := range after {
 		waitFor(t, 3*time.Minute, "pod "+p.Name+" to reload the hand-edited ConfigMap", func() (bool, string) {
-			v, err := metric(podURL(p), "tetra_tuning_reloads_total")
+			v, err := metric(podMetricsURL(p), "tetra_tuning_reloads_total")
 			return err == nil && v > reloads[p.Name], fmt.Sprintf("%v %v", v, err)
 		})
 		d := time.Since(t0)
@@ -1041,4 +1048,216 @@ func (n *node) teardown() {
 	if err := cmd.Run(); err != nil {
 		n.t.Errorf("hack/realnode.sh down: %v", err)
 	}
+}
+
+// sentinelMessenger is the Messenger of the Sentinel and pod-loss steps; its
+// requests are small so its pods fit beside the operator on 2 cores.
+const sentinelMessenger = "chat-s"
+
+// failoverEvents counts the RedisFailoverDetected Events of one Messenger
+// and returns their notes.
+func (n *node) failoverEvents(name string) []string {
+	n.t.Helper()
+	var list eventsv1.EventList
+	if err := n.c.List(ctx(), &list, client.InNamespace(ns)); err != nil {
+		n.t.Fatal(err)
+	}
+	var out []string
+	for _, e := range list.Items {
+		if e.Regarding.Name == name && e.Reason == "RedisFailoverDetected" {
+			out = append(out, e.Note)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// sentinelFailover: a Redis master, a replica and three Sentinels as host
+// processes (bound to loopback and the node address, announcing the node
+// address, so what the Sentinels hand out is reachable from the pods and
+// the operator), a two-replica Messenger with spec.redis.sentinel, load
+// through the Service, then SENTINEL FAILOVER and a SIGKILL of the master
+// Sentinel promoted. Each is handled once (one epoch step, one
+// RedisFailoverDetected, kind promotion) by the rebuild endpoint in every
+// pod, no restart; the load loses nothing, deliveries per accepted stay at
+// most 1.02 and no prompt client is withdrawn.
+func (n *node) sentinelFailover() {
+	t := n.t
+	ip := n.env["NODE_IP"]
+	bind := "127.0.0.1 " + ip
+	master := redistest.Start(n.root, 0, "--bind", bind, "--replica-announce-ip", ip) // announced once it follows the other
+	replica := redistest.Start(n.root, 0, "--bind", bind, "--replicaof", ip, strconv.Itoa(master.Port), "--replica-announce-ip", ip)
+	waitFor(t, 30*time.Second, "the replica in sync", func() (bool, string) {
+		v, err := replica.Info("master_link_status")
+		return v == "up", fmt.Sprint(v, err)
+	})
+	var sentinels []*redistest.Server
+	var addrs []string
+	for range 3 {
+		s := redistest.StartSentinelWith(n.root, redistest.SentinelOptions{Name: "mymaster", MasterAddr: ip + ":" + strconv.Itoa(master.Port),
+			Quorum: 2, DownAfter: 5 * time.Second, Bind: []string{"127.0.0.1", ip}, AnnounceIP: ip})
+		sentinels = append(sentinels, s)
+		addrs = append(addrs, ip+":"+strconv.Itoa(s.Port))
+	}
+	waitFor(t, 30*time.Second, "the Sentinels to know each other and the replica", func() (bool, string) {
+		out, err := sentinels[0].Do("SENTINEL", "CKQUORUM", "mymaster")
+		if err != nil || !strings.Contains(out, "OK") {
+			return false, fmt.Sprint(out, err)
+		}
+		v, _ := sentinels[0].Info("master0")
+		return strings.Contains(v, "slaves=1") && strings.Contains(v, "sentinels=3"), v
+	})
+	y := n.k("create", "secret", "generic", "tetra-redis-sentinel", "-n", ns, "--from-literal=url=redis://ignored.invalid:6379/0", "--dry-run=client", "-o", "yaml")
+	n.apply(y)
+	quoted := make([]string, len(addrs))
+	for i, a := range addrs {
+		quoted[i] = strconv.Quote(a)
+	}
+	n.apply(fmt.Sprintf(`apiVersion: tetra.dev/v1alpha1
+kind: Messenger
+metadata: {name: %s, namespace: %s}
+spec:
+  replicas: 2
+  postgresql: {secretRef: {name: tetra-postgres}}
+  redis:
+    secretRef: {name: tetra-redis-sentinel}
+    sentinel: {masterName: mymaster, addresses: [%s]}
+  jwt: {secretRef: {name: tetra-jwt}}
+  resources:
+    requests: {cpu: 100m, memory: 128Mi, ephemeral-storage: 64Mi}
+    limits: {memory: 1Gi, ephemeral-storage: 1Gi}
+`, sentinelMessenger, ns, strings.Join(quoted, ", ")))
+	took, pods := n.waitSettled(sentinelMessenger, "", 4*time.Minute)
+	n.record("Sentinel Messenger (2 replicas, master + replica + 3 Sentinels on the host) Ready %v after the apply", took.Round(time.Second))
+	var before *tetrav1.RedisIdentity
+	waitFor(t, time.Minute, "status.redis of the Sentinel Messenger", func() (bool, string) {
+		before = n.messenger(sentinelMessenger).Status.Redis
+		runID, _ := master.Info("run_id")
+		return before != nil && before.RunID == runID, fmt.Sprintf("%+v", before)
+	})
+	svc := n.serviceURL(sentinelMessenger)
+	lg := n.goLoadgen("through the Service across SENTINEL FAILOVER and a SIGKILL", []string{svc},
+		"--clients", "40", "--rate", "100", "--duration", "90s", "--drain", "60s")
+	time.Sleep(10 * time.Second)
+
+	handled := func(epoch int64, what string) time.Duration {
+		return waitFor(t, 2*time.Minute, what, func() (bool, string) {
+			m := n.messenger(sentinelMessenger)
+			r := m.Status.Redis
+			return r != nil && r.Epoch == epoch && m.Status.LastRebuild != nil && m.Status.LastRebuild.Epoch == epoch,
+				fmt.Sprintf("redis %+v rebuild %+v", r, m.Status.LastRebuild)
+		})
+	}
+	check := func(epoch int64, newMaster *redistest.Server, what string) {
+		m := n.messenger(sentinelMessenger)
+		runID, _ := newMaster.Info("run_id")
+		if m.Status.Redis.RunID != runID || m.Status.LastRebuild.Method != "Endpoint" || int(m.Status.LastRebuild.Pods) != len(pods) || m.Status.Redis.RestartEpoch != 0 {
+			t.Errorf("%s: redis %+v rebuild %+v: want the new master %s rebuilt by the endpoint in %d pods, no restart",
+				what, m.Status.Redis, m.Status.LastRebuild, runID, len(pods))
+		}
+		ev := n.failoverEvents(sentinelMessenger)
+		if int64(len(ev)) != epoch-before.Epoch {
+			t.Errorf("%s: %d RedisFailoverDetected events, want %d (each failover handled once): %q", what, len(ev), epoch-before.Epoch, ev)
+		}
+		for _, e := range ev {
+			if !strings.Contains(e, "(promotion)") {
+				t.Errorf("%s: event %q does not say promotion", what, e)
+			}
+		}
+	}
+	// 1. A manual failover: the replica is promoted.
+	if out, err := sentinels[0].Do("SENTINEL", "FAILOVER", "mymaster"); err != nil || !strings.Contains(out, "OK") {
+		t.Fatalf("SENTINEL FAILOVER: %q %v", out, err)
+	}
+	took = handled(before.Epoch+1, "the operator to handle SENTINEL FAILOVER")
+	n.record("SENTINEL FAILOVER: handled %v after the command (epoch %d, rebuild by the endpoint)", took.Round(100*time.Millisecond), before.Epoch+1)
+	check(before.Epoch+1, replica, "SENTINEL FAILOVER")
+	// The old master follows the new one before it can be promoted back,
+	// and every Sentinel has finished the failover and names the new
+	// master: a Sentinel in TILT mode (its timer stalled on a loaded
+	// machine, seen here) finishes its failover only when TILT ends, 30 s
+	// later; a kill before that splits the Sentinels (one names the dead
+	// master), and the operator rightly acts on nothing (RedisSeveralMasters).
+	waitFor(t, time.Minute, "the old master to follow the new one", func() (bool, string) {
+		v, _ := master.Info("master_link_status")
+		return v == "up", v
+	})
+	waitFor(t, 90*time.Second, "every Sentinel to name the new master, out of TILT", sentinelsAgree(sentinels, ip+":"+strconv.Itoa(replica.Port)))
+	// 2. SIGKILL of the master Sentinel promoted: after down-after (5 s)
+	// the Sentinels promote the old master again.
+	t1 := time.Now()
+	replica.Stop()
+	waitFor(t, 90*time.Second, "every Sentinel to name the promoted master, out of TILT", sentinelsAgree(sentinels, ip+":"+strconv.Itoa(master.Port)))
+	took = handled(before.Epoch+2, "the operator to handle the SIGKILL of the master")
+	n.record("SIGKILL of the master: handled %v after the kill (Sentinel's down-after 5 s included; epoch %d, rebuild by the endpoint)", time.Since(t1).Round(100*time.Millisecond), before.Epoch+2)
+	_ = took
+	check(before.Epoch+2, master, "SIGKILL")
+
+	rep := n.waitLoadgen(lg)
+	n.record("loadgen through the Service across both: accepted %s, lost %s, deliveries/accepted %s, duplicates %s, reconnects %s, latency %s, withdrawals %q",
+		rep["accepted"], rep["lost"], rep["deliveries/accepted"], rep["duplicates"], rep["reconnects"], rep["latency p50/p99/p99.9"], rep["withdrawals"])
+	if d, err := strconv.ParseFloat(rep["deliveries/accepted"], 64); err != nil || d > 1.02 {
+		t.Errorf("deliveries/accepted %q, want at most 1.02", rep["deliveries/accepted"])
+	}
+	if rep["withdrawals"] != "" {
+		t.Errorf("withdrawals %s, want none", rep["withdrawals"])
+	}
+	for _, p := range n.pods(ns, sentinelMessenger) {
+		if p.Status.ContainerStatuses[0].RestartCount != 0 {
+			t.Errorf("pod %s restarted %d times", p.Name, p.Status.ContainerStatuses[0].RestartCount)
+		}
+	}
+	var dep appsv1.Deployment
+	if err := n.c.Get(ctx(), types.NamespacedName{Namespace: ns, Name: sentinelMessenger}, &dep); err != nil {
+		t.Fatal(err)
+	}
+	if e := dep.Spec.Template.Annotations[tetrav1.RedisEpochAnnotation]; e != "" {
+		t.Errorf("the pods were restarted for a failover (redis-epoch %s in the template)", e)
+	}
+}
+
+// sentinelsAgree is a waitFor condition: every Sentinel is out of TILT and
+// names addr as the master, with status ok.
+func sentinelsAgree(sentinels []*redistest.Server, addr string) func() (bool, string) {
+	return func() (bool, string) {
+		var seen []string
+		ok := true
+		for _, s := range sentinels {
+			tilt, _ := s.Info("sentinel_tilt")
+			m, _ := s.Info("master0")
+			seen = append(seen, fmt.Sprintf("%d: tilt=%s %s", s.Port, tilt, m))
+			ok = ok && tilt == "0" && strings.Contains(m, "status=ok") && strings.Contains(m, "address="+addr+",")
+		}
+		return ok, strings.Join(seen, "; ")
+	}
+}
+
+// podLoss: three replicas; one pod deleted in the middle of a loadgen run
+// through the Service: nothing lost, no HTTP request through the Service
+// failed, and its clients are back on the others.
+func (n *node) podLoss() {
+	t := n.t
+	n.k("patch", "messenger", sentinelMessenger, "-n", ns, "--type", "merge", "-p", `{"spec":{"replicas":3}}`)
+	_, pods := n.waitSettled(sentinelMessenger, "", 4*time.Minute)
+	if len(pods) != 3 {
+		t.Fatalf("%d pods, want 3", len(pods))
+	}
+	svc := n.serviceURL(sentinelMessenger)
+	p := startProber(svc+"/api/chats", n.token("prober"), 50)
+	lg := n.goLoadgen("through the Service while a pod is deleted", []string{svc},
+		"--clients", "40", "--rate", "100", "--duration", "45s", "--drain", "60s")
+	time.Sleep(15 * time.Second)
+	victim := pods[1].Name
+	t0 := time.Now()
+	n.k("delete", "pod", victim, "-n", ns, "--wait=false")
+	took, _ := n.waitSettled(sentinelMessenger, "", 3*time.Minute)
+	rep := n.waitLoadgen(lg)
+	ok, failed, samples := p.finish()
+	_ = t0
+	n.record("pod loss (3 replicas, %s deleted mid-run): back to 3 Ready in %v; loadgen through the Service accepted %s, lost %s, reconnects %s; %d HTTP requests ok, %d failed",
+		victim, took.Round(time.Second), rep["accepted"], rep["lost"], rep["reconnects"], ok, failed)
+	if failed != 0 {
+		t.Errorf("%d HTTP requests through the Service failed while a pod went: %v", failed, samples)
+	}
+	n.k("delete", "messenger", sentinelMessenger, "-n", ns, "--wait=true", "--timeout=2m")
 }

@@ -54,7 +54,9 @@ func (s *Server) routes() http.Handler {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	mux.HandleFunc("GET /readyz", s.handleReady)
-	mux.Handle("GET /metrics", s.metrics.Handler())
+	if s.cfg.MetricsAddr == "" {
+		mux.Handle("GET /metrics", s.metrics.Handler()) // else on its own listener (Start)
+	}
 	mux.HandleFunc("POST /api/chats", s.authed(s.handleCreateChat))
 	mux.HandleFunc("GET /api/chats", s.authed(s.handleListChats))
 	mux.HandleFunc("POST /api/chats/{chatId}/members", s.authed(s.handleAddMember))

@@ -40,3 +40,36 @@ func TestE2EMetrics(t *testing.T) {
 		})
 	})
 }
+
+// With Config.MetricsAddr, /metrics is served on its own listener and not
+// on the API's address (404 there), so a NetworkPolicy can separate who
+// scrapes from who chats (docs/operator.md, spec.networkPolicy).
+func TestE2EMetricsOnOwnListener(t *testing.T) {
+	t.Parallel()
+	b := customBackend("embedded-metrics-addr", func(c *server.Config) { c.MetricsAddr = "127.0.0.1:0" })
+	e := newEnv(t, b, func(*server.Config) {})
+	if e.srv.MetricsAddr() == "" || e.srv.MetricsAddr() == e.srv.Addr() {
+		t.Fatalf("MetricsAddr() = %q next to Addr() %q: want a listener of its own", e.srv.MetricsAddr(), e.srv.Addr())
+	}
+	get := func(url string) (int, string) {
+		resp, err := http.Get(url)
+		if err != nil {
+			t.Fatalf("GET %s: %v", url, err)
+		}
+		defer resp.Body.Close()
+		raw, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(raw)
+	}
+	if code, body := get("http://" + e.srv.MetricsAddr() + "/metrics"); code != 200 || !strings.Contains(body, "tetra_messages_accepted_total") {
+		t.Fatalf("metrics listener /metrics: %d %.200q", code, body)
+	}
+	if code, _ := get(e.srv.URL() + "/metrics"); code != http.StatusNotFound {
+		t.Fatalf("API listener /metrics: %d, want 404 (served on the metrics listener only)", code)
+	}
+	if code, _ := get("http://" + e.srv.MetricsAddr() + "/healthz"); code != http.StatusNotFound {
+		t.Fatalf("metrics listener /healthz: %d, want 404 (only /metrics there)", code)
+	}
+	if code, _ := get(e.srv.URL() + "/healthz"); code != 200 {
+		t.Fatalf("API listener /healthz: %d", code)
+	}
+}

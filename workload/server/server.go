@@ -37,6 +37,13 @@ import (
 type Config struct {
 	// Addr is the listen address; default ":8080". ":0" picks a free port.
 	Addr string
+	// MetricsAddr, when set, serves GET /metrics on a listener of its own
+	// at this address (for example ":9090") instead of on Addr, where
+	// /metrics then answers 404: a NetworkPolicy (layer 4) can then let a
+	// scraper reach the metrics without reaching the API, and clients
+	// reach the API without reading the metrics. Empty (the default):
+	// /metrics is served on Addr.
+	MetricsAddr string
 	// DataDir holds the SQLite database and the persisted JWT secret of the
 	// embedded default; default "./data".
 	DataDir string
@@ -225,9 +232,11 @@ type Server struct {
 	seenMu   sync.Mutex
 	seen     map[string]struct{} // (user, device) pairs seen connected, for the reconnect count
 
-	httpSrv  *http.Server
-	ln       net.Listener
-	draining atomic.Bool
+	httpSrv    *http.Server
+	ln         net.Listener
+	metricsSrv *http.Server // with Config.MetricsAddr
+	metricsLn  net.Listener // with Config.MetricsAddr
+	draining   atomic.Bool
 	// unready makes /readyz fail while everything else is still served
 	// (Drain); draining also refuses new sockets (Shutdown).
 	unready atomic.Bool
@@ -609,6 +618,30 @@ func (s *Server) Start(ctx context.Context) error {
 		return fmt.Errorf("server: listen on %s: %w", s.cfg.Addr, err)
 	}
 	s.ln = ln
+	if s.cfg.MetricsAddr != "" {
+		mln, err := net.Listen("tcp", s.cfg.MetricsAddr)
+		if err != nil {
+			ln.Close()
+			s.stop(context.Background())
+			return fmt.Errorf("server: listen on %s (metrics): %w", s.cfg.MetricsAddr, err)
+		}
+		s.metricsLn = mln
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", s.metrics.Handler())
+		s.metricsSrv = &http.Server{
+			Handler:           mux,
+			ReadHeaderTimeout: 10 * time.Second,
+			ReadTimeout:       30 * time.Second,
+			IdleTimeout:       120 * time.Second,
+			MaxHeaderBytes:    64 << 10,
+			ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+		}
+		go func() {
+			if err := s.metricsSrv.Serve(mln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				s.log.Error("metrics server stopped", "err", err)
+			}
+		}()
+	}
 	s.httpSrv = &http.Server{
 		Handler:           s.routes(),
 		ConnContext:       connContext, // cork.go
@@ -623,7 +656,7 @@ func (s *Server) Start(ctx context.Context) error {
 			s.log.Error("http server stopped", "err", err)
 		}
 	}()
-	s.log.Info("tetra serving", "addr", ln.Addr().String(), "store", s.storeKind, "outbox", s.outboxKind, "index", s.indexKind)
+	s.log.Info("tetra serving", "addr", ln.Addr().String(), "metricsAddr", s.MetricsAddr(), "store", s.storeKind, "outbox", s.outboxKind, "index", s.indexKind)
 	return nil
 }
 
@@ -633,6 +666,15 @@ func (s *Server) Addr() string {
 		return ""
 	}
 	return s.ln.Addr().String()
+}
+
+// MetricsAddr is the address of the separate metrics listener (after
+// Start), or "" when /metrics is served on Addr.
+func (s *Server) MetricsAddr() string {
+	if s.metricsLn == nil {
+		return ""
+	}
+	return s.metricsLn.Addr().String()
 }
 
 // URL is the base http URL of the server (after Start), with 127.0.0.1 for
@@ -681,6 +723,11 @@ func (s *Server) stop(ctx context.Context) error {
 	if s.httpSrv != nil {
 		// Stops new upgrades and HTTP requests; hijacked sockets stay.
 		if err := s.httpSrv.Shutdown(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if s.metricsSrv != nil {
+		if err := s.metricsSrv.Shutdown(ctx); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -12,6 +12,7 @@ package adminapi
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -158,4 +159,96 @@ func post(ctx context.Context, hc *http.Client, url, token string) error {
 		return fmt.Errorf("POST /admin/rebuild: %s: %s", resp.Status, strings.TrimSpace(string(body)))
 	}
 	return nil
+}
+
+// ReadyzURL is the default URL of a pod's GET /readyz: its IP on port.
+func ReadyzURL(port int) URLFunc {
+	return func(pod *corev1.Pod) string {
+		return "http://" + net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(port)) + "/readyz"
+	}
+}
+
+// Readyz is the part of the workload's GET /readyz body the operator
+// reads: {"status":"degraded","reason":"index unreachable: ..."} says the
+// pod serves (it stays ready: HTTP and history work) while part of it is
+// impaired, for example live delivery while Redis is away. Any other
+// status, or a body without one (older workloads answer the per-check
+// object only), is not degraded.
+type Readyz struct {
+	Status string `json:"status"`
+	Reason string `json:"reason"`
+}
+
+// StatusDegraded is the Readyz.Status of a degraded pod.
+const StatusDegraded = "degraded"
+
+// HealthReader reads the pods' /readyz bodies.
+type HealthReader struct {
+	// HTTP is the client; nil means one with a 2 s timeout.
+	HTTP *http.Client
+	// URL maps a pod to its /readyz; nil means ReadyzURL(8080).
+	URL URLFunc
+}
+
+// Degraded asks every running pod with an IP, concurrently, for /readyz
+// and returns the reason of each that says it is degraded, by pod name.
+// A pod that does not answer, or answers something else, is left out: its
+// readiness probe and the pod's status speak for it.
+func (h HealthReader) Degraded(ctx context.Context, pods []corev1.Pod) map[string]string {
+	hc := h.HTTP
+	if hc == nil {
+		hc = &http.Client{Timeout: 2 * time.Second}
+	}
+	urlOf := h.URL
+	if urlOf == nil {
+		urlOf = ReadyzURL(8080)
+	}
+	var (
+		mu  sync.Mutex
+		out = map[string]string{}
+		wg  sync.WaitGroup
+	)
+	for i := range pods {
+		p := &pods[i]
+		if p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodRunning || p.Status.PodIP == "" {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rz, ok := readyz(ctx, hc, urlOf(p))
+			if !ok || rz.Status != StatusDegraded {
+				return
+			}
+			reason := strings.TrimSpace(rz.Reason)
+			if reason == "" {
+				reason = "no reason given"
+			}
+			if len(reason) > 300 {
+				reason = reason[:300] + "..."
+			}
+			mu.Lock()
+			out[p.Name] = reason
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+func readyz(ctx context.Context, hc *http.Client, url string) (Readyz, bool) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return Readyz{}, false
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return Readyz{}, false
+	}
+	defer resp.Body.Close()
+	var rz Readyz
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&rz); err != nil {
+		return Readyz{}, false
+	}
+	return rz, true
 }

@@ -47,6 +47,12 @@ func (discard) Printf(context.Context, string, ...any) {}
 type Identity struct {
 	RunID        string
 	MasterReplID string
+	// MasterReplID2 is INFO's master_replid2: the replication ID this
+	// server followed before it was promoted (all zeros when none). A
+	// replica promoted by Sentinel is another process (its run_id
+	// differs), so this, equal to the old master's master_replid, is what
+	// tells a promotion from a restart. Not part of the identity (Same).
+	MasterReplID2 string
 	// Addr is where INFO was read (host:port); informational only.
 	Addr string
 }
@@ -54,6 +60,32 @@ type Identity struct {
 // Same reports whether a and b are the same master incarnation.
 func (a Identity) Same(b Identity) bool {
 	return a.RunID == b.RunID && a.MasterReplID == b.MasterReplID
+}
+
+// PromotedFrom reports whether a is old's successor by promotion: the
+// same process with a new replication ID (REPLICAOF NO ONE; not Renewed), or a replica
+// whose previous replication ID (master_replid2) is old's master_replid, so
+// it followed old's history until it was promoted. Anything else (a new
+// process with a history of its own: a restart without persistence, another
+// server at the address) is a restart.
+func (a Identity) PromotedFrom(old Identity) bool {
+	if a.RunID == old.RunID {
+		return a.MasterReplID != old.MasterReplID && !a.Renewed(old)
+	}
+	return old.MasterReplID != "" && a.MasterReplID2 == old.MasterReplID
+}
+
+// noReplID is INFO's master_replid2 when there is no previous history.
+const noReplID = "0000000000000000000000000000000000000000"
+
+// Renewed reports whether a is old's process with a fresh replication ID
+// and no previous one: a master that had no replication backlog creates
+// one, with a new ID and master_replid2 cleared, when its first replica
+// attaches (Redis' syncCommand). Its data did not change: not a failover.
+// (A process that was a replica and was promoted in between has its old
+// ID in master_replid2, so it is not Renewed.)
+func (a Identity) Renewed(old Identity) bool {
+	return a.RunID == old.RunID && a.MasterReplID != old.MasterReplID && a.MasterReplID2 == noReplID
 }
 
 func (a Identity) String() string {
@@ -128,7 +160,7 @@ func (p Prober) info(ctx context.Context, opt *redis.Options) (Identity, error) 
 		return Identity{}, fmt.Errorf("%w: INFO at %s: %v", ErrUnreachable, opt.Addr, err)
 	}
 	f := parseInfo(text)
-	id := Identity{RunID: f["run_id"], MasterReplID: f["master_replid"], Addr: opt.Addr}
+	id := Identity{RunID: f["run_id"], MasterReplID: f["master_replid"], MasterReplID2: f["master_replid2"], Addr: opt.Addr}
 	if role := f["role"]; role != "master" {
 		return id, fmt.Errorf("%w: %s reports role %q", ErrNoMaster, opt.Addr, role)
 	}

@@ -38,7 +38,29 @@ func TestIdentityFollowsRestartAndPromotion(t *testing.T) {
 	if _, err := probe(t, redisid.Target{URL: b.URL()}); !errors.Is(err, redisid.ErrNoMaster) {
 		t.Fatalf("replica: got %v, want ErrNoMaster", err)
 	}
-	// Promoted, it is a master with a new replication id (same run_id).
+	// Promoted once in sync, it is a master with a new replication id
+	// whose previous one (master_replid2) is a's: a promotion, although b
+	// is another process (another run_id), as with a Sentinel failover.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if v, _ := b.Info("master_link_status"); v == "up" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("replica never in sync")
+		}
+		time.Sleep(50 * time.Millisecond) // polling a child process's replication state; no event to wait on
+	}
+	// a's first replica made a create its backlog, with a fresh
+	// replication ID: the same data, not a failover.
+	idA, err := probe(t, redisid.Target{URL: a.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !idA.Renewed(id1) || idA.PromotedFrom(id1) {
+		t.Fatalf("a's replication ID renewed for its first replica: Renewed %v PromotedFrom %v (%+v, before %+v)",
+			idA.Renewed(id1), idA.PromotedFrom(id1), idA, id1)
+	}
 	if _, err := b.Do("REPLICAOF", "NO", "ONE"); err != nil {
 		t.Fatal(err)
 	}
@@ -48,6 +70,9 @@ func TestIdentityFollowsRestartAndPromotion(t *testing.T) {
 	}
 	if idB.MasterReplID == id1.MasterReplID {
 		t.Fatalf("promotion kept master_replid %s", idB.MasterReplID)
+	}
+	if idB.RunID == idA.RunID || !idB.PromotedFrom(idA) || idB.Renewed(idA) {
+		t.Fatalf("b promoted after following a: PromotedFrom = false (b %+v, a %+v)", idB, idA)
 	}
 
 	// A restart on the same address: a new run_id.
@@ -63,6 +88,9 @@ func TestIdentityFollowsRestartAndPromotion(t *testing.T) {
 	}
 	if id2.RunID == id1.RunID || id2.Same(id1) {
 		t.Fatalf("restart kept the identity: %+v vs %+v", id2, id1)
+	}
+	if id2.PromotedFrom(idA) || id2.PromotedFrom(idB) || id2.Renewed(idA) {
+		t.Fatalf("a restarted server with a history of its own counts as a promotion: %+v", id2)
 	}
 }
 

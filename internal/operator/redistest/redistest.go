@@ -85,6 +85,50 @@ func StartSentinel(t testing.TB, name, masterAddr string) *Server {
 	return start(t, port, exec.Command("redis-server", conf, "--sentinel"))
 }
 
+// SentinelOptions configure StartSentinelWith.
+type SentinelOptions struct {
+	Name       string // the master's name
+	MasterAddr string // host:port the Sentinel monitors
+	Quorum     int    // Sentinels that must agree the master is down; default 1
+	// DownAfter is down-after-milliseconds; default 60 s (only forced
+	// failovers, SENTINEL FAILOVER, happen within a test then).
+	DownAfter time.Duration
+	// Bind lists the addresses to listen on; default 127.0.0.1.
+	Bind []string
+	// AnnounceIP is the address this Sentinel announces to the others
+	// (sentinel announce-ip); empty: none.
+	AnnounceIP string
+}
+
+// StartSentinelWith runs a Sentinel on a free port as o says, and stops it
+// at cleanup.
+func StartSentinelWith(t testing.TB, o SentinelOptions) *Server {
+	t.Helper()
+	Available(t)
+	port := FreePort(t)
+	host, mport, _ := strings.Cut(o.MasterAddr, ":")
+	if o.Quorum <= 0 {
+		o.Quorum = 1
+	}
+	if o.DownAfter <= 0 {
+		o.DownAfter = time.Minute
+	}
+	if len(o.Bind) == 0 {
+		o.Bind = []string{"127.0.0.1"}
+	}
+	body := fmt.Sprintf("port %d\nbind %s\nprotected-mode no\ndaemonize no\nloglevel warning\n"+
+		"sentinel monitor %s %s %s %d\nsentinel down-after-milliseconds %s %d\nsentinel failover-timeout %s 20000\n",
+		port, strings.Join(o.Bind, " "), o.Name, host, mport, o.Quorum, o.Name, o.DownAfter.Milliseconds(), o.Name)
+	if o.AnnounceIP != "" {
+		body += "sentinel announce-ip " + o.AnnounceIP + "\n"
+	}
+	conf := filepath.Join(t.TempDir(), "sentinel.conf")
+	if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return start(t, port, exec.Command("redis-server", conf, "--sentinel"))
+}
+
 func start(t testing.TB, port int, cmd *exec.Cmd) *Server {
 	t.Helper()
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr

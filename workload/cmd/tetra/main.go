@@ -161,6 +161,7 @@ func serverFlags(fs *flag.FlagSet, listen bool) func() (server.Config, error) {
 	t := &cfg.Tuning
 	if listen {
 		fs.StringVar(&cfg.Addr, "addr", cfg.Addr, "listen address")
+		fs.StringVar(&cfg.MetricsAddr, "metrics-addr", "", `serve /metrics on a listener of its own at this address (for example ":9090") and not on --addr; "" serves it on --addr`)
 		fs.StringVar(&cfg.DataDir, "data", cfg.DataDir, "data directory (SQLite database, persisted token secret)")
 	}
 	fs.StringVar(&cfg.Store, "store", "", `history and outbox store: "" (SQLite in --data), sqlite:///path.db, or postgres://user:pass@host:5432/db`)

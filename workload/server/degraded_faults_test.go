@@ -91,7 +91,7 @@ func TestE2ERedisOutageDegradesLiveDeliveryOnly(t *testing.T) {
 		return readyBody(t, body)["status"] == "degraded"
 	})
 	t.Logf("/readyz during the outage: %s", last)
-	if m := readyBody(t, last); !strings.HasPrefix(m["degraded"], "index_unavailable") || m["store"] != "ok" || m["index"] == "ok" {
+	if m := readyBody(t, last); !strings.HasPrefix(m["degraded"], "index_unavailable") || m["reason"] != m["degraded"] || m["store"] != "ok" || m["index"] == "ok" {
 		t.Errorf("/readyz %s: want store ok, the index's error and degraded naming index_unavailable", last)
 	}
 	if v := seriesValue(t, e.srv.Metrics().Registry(), "tetra_degraded", `reason="index_unavailable"`); v != 1 {

@@ -77,7 +77,7 @@ func (h *commitHealth) check(now time.Time) string {
 //
 // 200 when the store, the outbox and the commits are ok, else 503. The
 // index does not decide readiness (issue 24, point 2): while it fails the
-// answer is 200 with "status":"degraded" and "degraded" saying why (the
+// answer is 200 with "status":"degraded" and "degraded" and "reason" saying why (the
 // HTTP API and history work; new sockets are refused with 1013), so a Redis
 // outage does not take the pods out of their Service.
 //
@@ -161,7 +161,10 @@ wait:
 	}
 	why := s.Degraded()
 	if why != "" {
+		// "reason" is the key the operator reads (adminapi.Readyz), for
+		// its Degraded condition; "degraded" says the same for people.
 		out["degraded"] = why
+		out["reason"] = why
 	}
 	switch {
 	case status != http.StatusOK:

@@ -16,7 +16,7 @@ import (
 
 // handleDeleteMessage is DELETE /api/chats/{chatId}/messages/{messageId}
 // (PROTOCOL.md §7.3): the caller, the message's sender or an admin of the
-// group (history.Known.Admin), deletes it. The delete is a message of its
+// group (history.Known.Admin, filled from the admins table), deletes it. The delete is a message of its
 // own ("deletes": messageId, empty body) committed through the accept
 // pipeline like a send, so it is in the chat's sequence, pushed,
 // acknowledged and recovered from history; its commit erases the

@@ -254,6 +254,39 @@ func testDeleteRules(t *testing.T, s history.Store) {
 	}
 }
 
+// testDeleteByAdmins: every admin of a group (ChatAPI.AddAdmin), not only
+// its creator, may delete any message of it; a member who stepped down may
+// not (PROTOCOL.md §7.3 "by a group admin (§7.5)").
+func testDeleteByAdmins(t *testing.T, s history.Store) {
+	ctx := ctxFor(t)
+	g := mustGroup(t, s, "alice", "g", "bob", "carol", "dave")
+	byDave := MustCommit(t, s, Draft(g.ID, "dave", "d1", "dave's one"))[0].Message
+	byDave2 := MustCommit(t, s, Draft(g.ID, "dave", "d2", "dave's two"))[0].Message
+	byAlice := MustCommit(t, s, Draft(g.ID, "alice", "a1", "alice's"))[0].Message
+	wantErr(t, "carol (not an admin) deletes dave's", commit(t, s, DeleteDraft(g.ID, "carol", "c1", byDave.ID))[0].Err, history.ErrForbidden)
+	if _, err := s.AddAdmin(ctx, g.ID, "alice", "bob"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.AddAdmin(ctx, g.ID, "alice", "carol"); err != nil {
+		t.Fatal(err)
+	}
+	// bob, a second admin, deletes dave's message and the creator's.
+	for _, m := range []history.Message{byDave, byAlice} {
+		r := commit(t, s, DeleteDraft(g.ID, "bob", "b-"+m.ID, m.ID))[0]
+		if r.Err != nil || !r.Original.Deleted {
+			t.Errorf("second admin deletes %s's message: %+v", m.SenderID, r)
+		}
+	}
+	// carol steps down: it may no longer delete another's message.
+	if _, err := s.RemoveAdmin(ctx, g.ID, "carol", "carol"); err != nil {
+		t.Fatal(err)
+	}
+	wantErr(t, "carol (stepped down) deletes dave's", commit(t, s, DeleteDraft(g.ID, "carol", "c2", byDave2.ID))[0].Err, history.ErrForbidden)
+	if m := mustPageOne(t, s, g.ID, byDave2.ID); m.Deleted || m.Body != "dave's two" {
+		t.Errorf("a refused delete changed the message: %+v", m)
+	}
+}
+
 // testEditDeleteOneBatch commits an edit and a delete of one message, and
 // a second edit after the delete, in one batch: the edit applies, the
 // delete erases it, the late edit is refused.

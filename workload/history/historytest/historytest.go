@@ -59,6 +59,7 @@ func Run(t *testing.T, newStore func(t *testing.T) history.Store) {
 		{"EditRules", testEditRules},
 		{"Delete", testDelete},
 		{"DeleteRules", testDeleteRules},
+		{"DeleteByAdmins", testDeleteByAdmins},
 		{"EditDeleteOneBatch", testEditDeleteOneBatch},
 		{"UnreadOrdinaryOnly", testUnreadOrdinaryOnly},
 		{"CoMembers", testCoMembers},

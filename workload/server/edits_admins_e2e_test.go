@@ -2,7 +2,9 @@ package server_test
 
 import (
 	"net/http"
+	"strings"
 	"testing"
+	"time"
 )
 
 // TestE2EDeleteByAdmins: a delete "by the sender, or by a group admin
@@ -45,6 +47,76 @@ func TestE2EDeleteByAdmins(t *testing.T) {
 		}
 		if h := byID(e.history("alice", g.ChatID, ""))[two.MessageID]; h.Deleted || h.Body != "dave's second" {
 			t.Errorf("after refused deletes dave's second message = %+v", h)
+		}
+	})
+}
+
+// TestE2EChatListAfterEditsAndDeletes: GET /api/chats and GET
+// /api/chats/{chatId} after edits and deletes (PROTOCOL.md §7.2, §7.3):
+// unread counts ordinary messages only, lastMessage is the newest
+// ordinary message (an edited one with its new body and editedAt, a
+// deleted one as its tombstone) and never holds a deleted body,
+// lastActivity stays the newest ordinary message's sentAt, and the
+// newest page (before=end) carries edits, deletes, editedAt and deleted.
+func TestE2EChatListAfterEditsAndDeletes(t *testing.T) {
+	t.Parallel()
+	coreBackends(t, func(t *testing.T, b backend) {
+		e := newEnv(t, b, nil)
+		g := e.createGroup("alice", "team", "bob")
+		alice := e.dial("alice", dialOpts{})
+		first := alice.sendOK(g.ChatID, "m1", "secret first")
+		last := alice.sendOK(g.ChatID, "m2", "second")
+		lastSentAt := byID(e.history("bob", g.ChatID, ""))[last.MessageID].SentAt
+		time.Sleep(2 * time.Millisecond)
+		alice.write(editFrame{Type: "send", ChatID: g.ChatID, CorrelationID: "e1", Body: "secret second", Edits: last.MessageID})
+		edit := alice.next("the edit's answer", answers("e1"))
+		if edit.Type != "accepted" {
+			t.Fatalf("edit answered %s", edit)
+		}
+		check := func(step string, deleted bool, body string) {
+			t.Helper()
+			var listed chat7JSON
+			_, raw := e.call("GET", "/api/chats", e.token("bob"), nil)
+			for _, c := range decode[list7JSON](t, raw).Chats {
+				if c.ChatID == g.ChatID {
+					listed = c
+				}
+			}
+			for how, c := range map[string]chat7JSON{"GET /api/chats": listed, "GET /api/chats/{id}": e.chat7("bob", g.ChatID)} {
+				l := c.LastMessage
+				if l == nil || l.MessageID != last.MessageID || l.Deleted != deleted || l.Body != body || l.Edits != "" || l.Deletes != "" ||
+					(!deleted && l.EditedAt == "") || (deleted && l.EditedAt != "") {
+					t.Errorf("%s: %s lastMessage = %+v, want %s with body %q, deleted %v", step, how, l, last.MessageID, body, deleted)
+				}
+				if c.Unread == nil || *c.Unread != 2 {
+					t.Errorf("%s: %s unread = %v, want 2 (ordinary messages only)", step, how, c.Unread)
+				}
+				if c.LastActivity != lastSentAt {
+					t.Errorf("%s: %s lastActivity = %s, want the newest ordinary message's sentAt %s", step, how, c.LastActivity, lastSentAt)
+				}
+			}
+			p := e.page("bob", g.ChatID, "before=end")
+			m := byID(p.Messages)
+			if h := m[edit.MessageID]; h.Edits != last.MessageID {
+				t.Errorf("%s: the edit in the newest page = %+v, want edits %s", step, h, last.MessageID)
+			}
+			if h := m[last.MessageID]; h.Deleted != deleted || h.Body != body {
+				t.Errorf("%s: the original in the newest page = %+v", step, h)
+			}
+		}
+		check("after an edit of the last message", false, "secret second")
+		if status, raw := e.deleteMessage("alice", g.ChatID, first.MessageID); status != http.StatusOK {
+			t.Fatalf("delete the older message: %d %s", status, raw)
+		}
+		check("after a delete of an older message", false, "secret second")
+		if status, raw := e.deleteMessage("alice", g.ChatID, last.MessageID); status != http.StatusOK {
+			t.Fatalf("delete the last message: %d %s", status, raw)
+		}
+		check("after a delete of the last message", true, "")
+		for _, path := range []string{"/api/chats", "/api/chats/" + g.ChatID, "/api/chats/" + g.ChatID + "/messages?before=end"} {
+			if _, raw := e.call("GET", path, e.token("bob"), nil); strings.Contains(string(raw), "secret") {
+				t.Errorf("GET %s still holds a deleted body: %s", path, raw)
+			}
 		}
 	})
 }

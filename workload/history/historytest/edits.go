@@ -356,3 +356,106 @@ func testCoMembers(t *testing.T, s history.Store) {
 		}
 	}
 }
+
+// chatAPIViews returns how user sees chatID through every read of
+// history.ChatAPI: ChatFor, the chat in ChatList, and the newest page and
+// the forward page of Messages.
+func chatAPIViews(t *testing.T, s history.Store, chatID, user string) (history.Chat, history.Chat, []history.Message, []history.Message) {
+	t.Helper()
+	ctx := ctxFor(t)
+	one, err := s.ChatFor(ctx, chatID, user)
+	if err != nil {
+		t.Fatalf("ChatFor(%s): %v", user, err)
+	}
+	list, _, err := s.ChatList(ctx, user, "", history.MaxListLimit)
+	if err != nil {
+		t.Fatalf("ChatList(%s): %v", user, err)
+	}
+	var listed history.Chat
+	for _, c := range list {
+		if c.ID == chatID {
+			listed = c
+		}
+	}
+	if listed.ID == "" {
+		t.Fatalf("ChatList(%s) misses %s", user, chatID)
+	}
+	newest, _, err := s.Messages(ctx, history.PageQuery{ChatID: chatID, User: user, Before: history.PageEnd, Limit: 100})
+	if err != nil {
+		t.Fatalf("Messages(before=end): %v", err)
+	}
+	forward, _, err := s.Messages(ctx, history.PageQuery{ChatID: chatID, User: user, Limit: 100})
+	if err != nil {
+		t.Fatalf("Messages(forward): %v", err)
+	}
+	return one, listed, newest, forward
+}
+
+// testChatAPIEditsDeletes: the reads of PROTOCOL.md §7 (the chat list, one
+// chat, the newest page) after edits and deletes (§7.3): unread and
+// lastMessage count and show ordinary messages only, an edit shows as its
+// original's new body, a deleted last message as its tombstone, and no
+// answer holds a deleted body; lastActivity follows the newest ordinary
+// message (an edit or a delete does not move the chat up the list); the
+// pages carry edits, deletes, editedAt and deleted as Page does.
+func testChatAPIEditsDeletes(t *testing.T, s history.Store) {
+	g := mustGroup(t, s, "alice", "g", "bob")
+	m1 := MustCommit(t, s, Draft(g.ID, "alice", "c1", "secret first"))[0].Message
+	m2 := MustCommit(t, s, Draft(g.ID, "alice", "c2", "second"))[0].Message
+	time.Sleep(2 * time.Millisecond) // the edit's SentAt is clearly after m2's
+	edit := MustCommit(t, s, EditDraft(g.ID, "alice", "c3", m2.ID, "secret second"))[0].Message
+	check := func(step string, wantLast history.Message, wantN int) {
+		t.Helper()
+		one, listed, newest, forward := chatAPIViews(t, s, g.ID, "bob")
+		for how, c := range map[string]history.Chat{"ChatFor": one, "ChatList": listed} {
+			l := c.LastMessage
+			switch {
+			case l == nil:
+				t.Errorf("%s: %s LastMessage = nil, want %s", step, how, wantLast.ID)
+			case l.ID != wantLast.ID || l.Body != wantLast.Body || l.Deleted != wantLast.Deleted ||
+				!l.EditedAt.Equal(wantLast.EditedAt) || l.Kind() != history.KindMessage:
+				t.Errorf("%s: %s LastMessage = %+v, want %+v", step, how, *l, wantLast)
+			}
+			if c.Unread != wantN {
+				t.Errorf("%s: %s Unread = %d, want %d (ordinary messages only)", step, how, c.Unread, wantN)
+			}
+			if !c.LastActivity.Equal(m2.SentAt) {
+				t.Errorf("%s: %s LastActivity = %v, want the newest ordinary message's SentAt %v", step, how, c.LastActivity, m2.SentAt)
+			}
+		}
+		for how, page := range map[string][]history.Message{"newest page": newest, "forward page": forward} {
+			got := map[string]history.Message{}
+			for _, m := range page {
+				got[m.ID] = m
+			}
+			want, _ := pageMap(t, s, g.ID)
+			if len(page) != len(want) {
+				t.Errorf("%s: %s has %d messages, Page %d", step, how, len(page), len(want))
+			}
+			for id, w := range want {
+				if m := got[id]; m.Body != w.Body || m.Edits != w.Edits || m.Deletes != w.Deletes ||
+					m.Deleted != w.Deleted || !m.EditedAt.Equal(w.EditedAt) {
+					t.Errorf("%s: %s holds %+v, Page %+v", step, how, m, w)
+				}
+			}
+		}
+	}
+	o2 := mustPageOne(t, s, g.ID, m2.ID)
+	if o2.Body != "secret second" || !o2.EditedAt.Equal(edit.SentAt) {
+		t.Fatalf("edited original = %+v", o2)
+	}
+	check("after an edit of the last message", o2, 2)
+	MustCommit(t, s, DeleteDraft(g.ID, "alice", "c4", m1.ID))
+	check("after a delete of an older message", o2, 2)
+	MustCommit(t, s, DeleteDraft(g.ID, "alice", "c5", m2.ID))
+	check("after a delete of the last message", mustPageOne(t, s, g.ID, m2.ID), 2)
+	if l := mustPageOne(t, s, g.ID, m2.ID); !l.Deleted || l.Body != "" {
+		t.Errorf("deleted last message in Page = %+v", l)
+	}
+	one, listed, newest, _ := chatAPIViews(t, s, g.ID, "bob")
+	for _, m := range append(newest, *one.LastMessage, *listed.LastMessage) {
+		if strings.Contains(m.Body, "secret") {
+			t.Errorf("a read of ChatAPI holds a deleted body: %+v", m)
+		}
+	}
+}

@@ -60,6 +60,7 @@ func Run(t *testing.T, newStore func(t *testing.T) history.Store) {
 		{"Delete", testDelete},
 		{"DeleteRules", testDeleteRules},
 		{"DeleteByAdmins", testDeleteByAdmins},
+		{"ChatAPIEditsDeletes", testChatAPIEditsDeletes},
 		{"EditDeleteOneBatch", testEditDeleteOneBatch},
 		{"UnreadOrdinaryOnly", testUnreadOrdinaryOnly},
 		{"CoMembers", testCoMembers},

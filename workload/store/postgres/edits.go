@@ -36,15 +36,20 @@ func messageDest(m *history.Message) ([]any, func()) {
 		&kind, &ref, &editedAt, &deleted}
 	return dest, func() {
 		m.SentAt = fromNanos(sentAt)
-		m.Edits, m.Deletes, m.EditedAt = "", "", fromNanosOrZero(editedAt)
-		switch int(kind) {
-		case history.KindEdit:
-			m.Edits = ref
-		case history.KindDelete:
-			m.Deletes = ref
-		}
-		m.Deleted = deleted
+		setKind(m, int(kind), ref, editedAt, deleted)
 	}
+}
+
+// setKind fills the edit and delete fields of m from their columns.
+func setKind(m *history.Message, kind int, ref string, editedAt int64, deleted bool) {
+	m.Edits, m.Deletes, m.EditedAt = "", "", fromNanosOrZero(editedAt)
+	switch kind {
+	case history.KindEdit:
+		m.Edits = ref
+	case history.KindDelete:
+		m.Deletes = ref
+	}
+	m.Deleted = deleted
 }
 
 // scanMessageRow scans messageColumns.

@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -117,6 +118,123 @@ func TestE2EChatListAfterEditsAndDeletes(t *testing.T) {
 			if _, raw := e.call("GET", path, e.token("bob"), nil); strings.Contains(string(raw), "secret") {
 				t.Errorf("GET %s still holds a deleted body: %s", path, raw)
 			}
+		}
+	})
+}
+
+// TestE2EMemberHistoryEdits: in a "member" group (PROTOCOL.md §7.6) an
+// edit or delete of a message from before carol joined reveals nothing of
+// the original to carol: the edit is pushed live and listed in history as
+// the edit message with the text the editor sent while carol was there;
+// the original is in none of carol's pages, its lastMessage or unread, and
+// no answer or frame to carol holds its body (docs/PROTOCOL.md,
+// implementation notes).
+func TestE2EMemberHistoryEdits(t *testing.T) {
+	t.Parallel()
+	coreBackends(t, func(t *testing.T, b backend) {
+		e := newEnv(t, b, nil)
+		status, raw := e.call("POST", "/api/chats", e.token("alice"), map[string]any{"kind": "group", "title": "m", "members": []string{"bob"}, "history": "member"})
+		if status != http.StatusCreated {
+			t.Fatalf("create: %d %s", status, raw)
+		}
+		g := decode[chat7JSON](t, raw)
+		alice := e.dial("alice", dialOpts{})
+		early := alice.sendOK(g.ChatID, "a1", "secret early")
+		if status, raw := e.addMember("alice", g.ChatID, "carol"); status != http.StatusOK {
+			t.Fatalf("add carol: %d %s", status, raw)
+		}
+		carol := e.dial("carol", dialOpts{})
+		alice.write(editFrame{Type: "send", ChatID: g.ChatID, CorrelationID: "e1", Body: "said while carol is here", Edits: early.MessageID})
+		edit := alice.next("the edit's answer", answers("e1"))
+		if edit.Type != "accepted" {
+			t.Fatalf("edit answered %s", edit)
+		}
+		pushed := carol.next("the edit", messageID(edit.MessageID))
+		if pushed.Edits != early.MessageID || pushed.Body != "said while carol is here" || strings.Contains(string(pushed.Raw), "secret") {
+			t.Errorf("edit pushed to carol as %s", pushed.Raw)
+		}
+		carol.ack(pushed.MessageID)
+		if status, raw := e.deleteMessage("alice", g.ChatID, early.MessageID); status != http.StatusOK {
+			t.Fatalf("delete: %d %s", status, raw)
+		}
+		del := carol.next("the delete", func(f frame) bool { return f.Type == "message" && f.Deletes == early.MessageID })
+		if del.Body != "" {
+			t.Errorf("delete pushed to carol as %s", del.Raw)
+		}
+		carol.expectNone("the original pushed to carol", messageID(early.MessageID), quiet)
+		for _, q := range []string{"before=end", "limit=100"} {
+			got := e.page("carol", g.ChatID, q).Messages
+			if len(got) != 2 || got[0].MessageID != edit.MessageID || got[1].MessageID != del.MessageID {
+				t.Errorf("carol's page %s = %+v, want the edit then the delete", q, got)
+			}
+		}
+		c := e.chat7("carol", g.ChatID)
+		if c.LastMessage != nil || c.Unread == nil || *c.Unread != 0 {
+			t.Errorf("carol's chat: lastMessage %+v unread %v, want none and 0 (no ordinary message of its interval)", c.LastMessage, c.Unread)
+		}
+		for _, path := range []string{"/api/chats", "/api/chats/" + g.ChatID, "/api/chats/" + g.ChatID + "/messages?before=end"} {
+			if _, raw := e.call("GET", path, e.token("carol"), nil); strings.Contains(string(raw), "secret") {
+				t.Errorf("GET %s as carol reveals the original: %s", path, raw)
+			}
+		}
+	})
+}
+
+// TestE2EStrictBodiesOfSection7Calls: the calls §7 added are as strict as
+// the others (PROTOCOL.md §7.7): PATCH title and POST admins refuse a
+// repeated key, a lone surrogate and an unknown key naming it; the DELETE
+// calls (a message, a member, an admin) take no body and refuse one with
+// 400 invalid, changing nothing; GET /api/presence refuses users given
+// twice and any other query parameter.
+func TestE2EStrictBodiesOfSection7Calls(t *testing.T) {
+	t.Parallel()
+	coreBackends(t, func(t *testing.T, b backend) {
+		e := newEnv(t, b, nil)
+		g := e.createGroup("alice", "T", "bob", "carol")
+		alice := e.dial("alice", dialOpts{})
+		m := alice.sendOK(g.ChatID, "m1", "keep me")
+		path := "/api/chats/" + g.ChatID
+		for _, tc := range []struct {
+			method, path, body, key string
+		}{
+			{"PATCH", path, `{"title":"a\ud800"}`, `title`},
+			{"PATCH", path, `{"Title":"x"}`, `"Title"`},
+			{"POST", path + "/admins", `{"userId":"bob","userId":"carol"}`, `"userId"`},
+			{"POST", path + "/admins", `{"userId":"\udc00"}`, `userId`},
+			{"POST", path + "/admins", `{"userId":"bob","role":"owner"}`, `"role"`},
+		} {
+			status, raw := e.call(tc.method, tc.path, e.token("alice"), tc.body)
+			expectInvalid(t, tc.method+" "+tc.path+" "+tc.body, status, raw)
+			if !strings.Contains(string(raw), strings.ReplaceAll(tc.key, `"`, `\"`)) {
+				t.Errorf("%s %s: %s does not name %s", tc.method, tc.body, raw, tc.key)
+			}
+		}
+		for _, tc := range []struct{ path, body string }{
+			{path + "/messages/" + m.MessageID, `{}`},
+			{path + "/messages/" + m.MessageID, `{"reason":"spam"}`},
+			{path + "/members/bob", `{"userId":"bob"}`},
+			{path + "/admins/alice", `{}`},
+		} {
+			status, raw := e.call("DELETE", tc.path, e.token("alice"), tc.body)
+			expectInvalid(t, "DELETE "+tc.path+" with body "+tc.body, status, raw)
+		}
+		c := e.chat7("alice", g.ChatID)
+		if c.Title != "T" || !slices.Equal(c.Admins, []string{"alice"}) || !slices.Contains(c.Members, "bob") {
+			t.Errorf("refused calls changed the chat: %+v", c)
+		}
+		if h := byID(e.history("alice", g.ChatID, ""))[m.MessageID]; h.Deleted || h.Body != "keep me" {
+			t.Errorf("a refused DELETE changed the message: %+v", h)
+		}
+		// Without a body the same calls work.
+		if status, raw := e.deleteMessage("alice", g.ChatID, m.MessageID); status != http.StatusOK {
+			t.Errorf("DELETE message without a body: %d %s", status, raw)
+		}
+		for _, q := range []string{"users=bob&users=carol", "users=bob&user=carol", "users=bob&limit=1"} {
+			status, raw := e.call("GET", "/api/presence?"+q, e.token("alice"), nil)
+			expectInvalid(t, "GET /api/presence?"+q, status, raw)
+		}
+		if status, raw := e.call("GET", "/api/presence?users=bob,carol", e.token("alice"), nil); status != http.StatusOK {
+			t.Errorf("GET /api/presence?users=bob,carol: %d %s", status, raw)
 		}
 	})
 }

@@ -459,3 +459,71 @@ func testChatAPIEditsDeletes(t *testing.T, s history.Store) {
 		}
 	}
 }
+
+// testMemberHistoryEdits: edits and deletes in a "member" group
+// (PROTOCOL.md §7.3 with §7.6; docs/PROTOCOL.md, implementation notes).
+// An edit or delete of a message the reader may not read reveals nothing
+// of that message's body: an edit committed before the reader joined is
+// not shown at all; one committed while it is a member is shown as the
+// edit message (its body is the text the editor sent then), never with
+// the original, which stays out of the reader's pages, lastMessage and
+// unread. A visible original shows its current body, also after an edit
+// committed while the reader was away (that edit message itself is not
+// shown).
+func testMemberHistoryEdits(t *testing.T, s history.Store) {
+	ctx := ctxFor(t)
+	g, err := s.CreateGroupWith(ctx, history.GroupSpec{Creator: "alice", Title: "m", Members: []string{"bob"}, History: history.HistoryMember})
+	if err != nil {
+		t.Fatal(err)
+	}
+	early := MustCommit(t, s, Draft(g.ID, "alice", "a1", "secret early"))[0].Message
+	preJoinEdit := MustCommit(t, s, EditDraft(g.ID, "alice", "a2", early.ID, "secret early, edited before carol"))[0].Message
+	older := MustCommit(t, s, Draft(g.ID, "alice", "a3", "secret older"))[0].Message
+	if _, err := s.AddMember(ctx, g.ID, "alice", "carol"); err != nil {
+		t.Fatal(err)
+	}
+	seen := MustCommit(t, s, Draft(g.ID, "alice", "a4", "carol sees this"))[0].Message
+	edit := MustCommit(t, s, EditDraft(g.ID, "alice", "a5", older.ID, "new text while carol is here"))[0].Message
+	del := MustCommit(t, s, DeleteDraft(g.ID, "alice", "a6", early.ID))[0].Message
+	// carol away: an edit of a message it may read.
+	if _, _, err := s.RemoveMember(ctx, g.ID, "alice", "carol"); err != nil {
+		t.Fatal(err)
+	}
+	awayEdit := MustCommit(t, s, EditDraft(g.ID, "alice", "a7", seen.ID, "carol sees this, edited while away"))[0].Message
+	if _, err := s.AddMember(ctx, g.ID, "alice", "carol"); err != nil {
+		t.Fatal(err)
+	}
+	_, listed, newest, forward := chatAPIViews(t, s, g.ID, "carol")
+	want := []string{seen.ID, edit.ID, del.ID}
+	for how, page := range map[string][]history.Message{"newest page": newest, "forward page": forward} {
+		if got := ids(page); strings.Join(got, ",") != strings.Join(want, ",") {
+			t.Errorf("carol's %s = %v, want %v (the message and the edit and delete committed while it was a member; not %s, %s, %s, %s)",
+				how, got, want, early.ID, preJoinEdit.ID, older.ID, awayEdit.ID)
+		}
+		for _, m := range page {
+			if strings.Contains(m.Body, "secret") {
+				t.Errorf("carol's %s holds a body from before it joined: %+v", how, m)
+			}
+			switch m.ID {
+			case edit.ID:
+				if m.Edits != older.ID || m.Body != "new text while carol is here" {
+					t.Errorf("the edit in carol's %s = %+v, want edits %s with the text sent while carol was there", how, m, older.ID)
+				}
+			case del.ID:
+				if m.Deletes != early.ID || m.Body != "" {
+					t.Errorf("the delete in carol's %s = %+v", how, m)
+				}
+			case seen.ID:
+				if m.Body != awayEdit.Body || !m.EditedAt.Equal(awayEdit.SentAt) {
+					t.Errorf("carol's visible original = %+v, want its current body %q", m, awayEdit.Body)
+				}
+			}
+		}
+	}
+	if l := listed.LastMessage; l == nil || l.ID != seen.ID || l.Body != awayEdit.Body {
+		t.Errorf("carol's lastMessage = %+v, want %s with its current body", l, seen.ID)
+	}
+	if listed.Unread != 1 {
+		t.Errorf("carol's unread = %d, want 1 (%s only: edits and deletes and messages outside its intervals are not counted)", listed.Unread, seen.ID)
+	}
+}

@@ -61,6 +61,7 @@ func Run(t *testing.T, newStore func(t *testing.T) history.Store) {
 		{"DeleteRules", testDeleteRules},
 		{"DeleteByAdmins", testDeleteByAdmins},
 		{"ChatAPIEditsDeletes", testChatAPIEditsDeletes},
+		{"MemberHistoryEdits", testMemberHistoryEdits},
 		{"EditDeleteOneBatch", testEditDeleteOneBatch},
 		{"UnreadOrdinaryOnly", testUnreadOrdinaryOnly},
 		{"CoMembers", testCoMembers},

@@ -238,3 +238,52 @@ func TestE2EStrictBodiesOfSection7Calls(t *testing.T) {
 		}
 	})
 }
+
+// TestE2EEditCorrelationID: the correlationId rules of §3 hold for edits
+// as for sends (PROTOCOL.md §7.3): an edit resent with its correlationId
+// is answered accepted with the same messageId and stored once; its
+// correlationId reused for another body, another target or a plain send,
+// or a send's correlationId reused for an edit, gets invalid.
+func TestE2EEditCorrelationID(t *testing.T) {
+	t.Parallel()
+	coreBackends(t, func(t *testing.T, b backend) {
+		e := newEnv(t, b, nil)
+		g := e.createGroup("alice", "team", "bob")
+		alice := e.dial("alice", dialOpts{})
+		orig := alice.sendOK(g.ChatID, "m1", "helo")
+		other := alice.sendOK(g.ChatID, "m2", "other")
+		f := editFrame{Type: "send", ChatID: g.ChatID, CorrelationID: "e1", Body: "hello", Edits: orig.MessageID}
+		alice.write(f)
+		first := alice.next("the edit's answer", answers("e1"))
+		alice.write(f)
+		again := alice.next("the resent edit's answer", answers("e1"))
+		if first.Type != "accepted" || again.Type != "accepted" || again.MessageID != first.MessageID {
+			t.Fatalf("edit answered %s, resent %s: want accepted twice with one messageId", first.Raw, again.Raw)
+		}
+		for _, c := range []struct {
+			what string
+			f    any
+		}{
+			{"another body", editFrame{"send", g.ChatID, "e1", "hello!", orig.MessageID}},
+			{"another target", editFrame{"send", g.ChatID, "e1", "hello", other.MessageID}},
+			{"a plain send", map[string]string{"type": "send", "chatId": g.ChatID, "correlationId": "e1", "body": "hello"}},
+			{"a send's key for an edit", editFrame{"send", g.ChatID, "m2", "other", orig.MessageID}},
+		} {
+			alice.write(c.f)
+			corr := "e1"
+			if c.what == "a send's key for an edit" {
+				corr = "m2"
+			}
+			if got := alice.next("answer to "+c.what, answers(corr)); got.Type != "error" || got.Code != "invalid" {
+				t.Errorf("edit key reused for %s answered %s, want error invalid", c.what, got.Raw)
+			}
+		}
+		hist := e.history("bob", g.ChatID, "")
+		if len(hist) != 3 {
+			t.Errorf("history holds %d messages, want 3 (two sends, one edit): %+v", len(hist), hist)
+		}
+		if h := byID(hist)[orig.MessageID]; h.Body != "hello" {
+			t.Errorf("original = %+v, want body hello", h)
+		}
+	})
+}

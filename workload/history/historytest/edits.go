@@ -86,6 +86,7 @@ func testEdit(t *testing.T, s history.Store) {
 			}
 		}
 	}
+	MustCommit(t, s, DeleteDraft(g.ID, "alice", "c-del", MustCommit(t, s, Draft(g.ID, "alice", "c-gone", "gone"))[0].Message.ID))
 	// A resend of the edit (same key, chat and body) is its duplicate.
 	dup := commit(t, s, EditDraft(g.ID, "alice", "c2", orig.ID, "hello"))[0]
 	if dup.Err != nil || !dup.Duplicate || dup.Message.ID != e.ID {
@@ -100,6 +101,10 @@ func testEdit(t *testing.T, s history.Store) {
 	other := MustCommit(t, s, Draft(g.ID, "alice", "c4", "other"))[0].Message
 	wantErr(t, "edit key reused for another target", commit(t, s, EditDraft(g.ID, "alice", "c2", other.ID, "hello"))[0].Err, history.ErrInvalid)
 	wantErr(t, "message key reused for an edit", commit(t, s, EditDraft(g.ID, "alice", "c4", orig.ID, "other"))[0].Err, history.ErrInvalid)
+	// Alone in its batch too: a plain send under the edit's key, with the
+	// edit's chat and body, is no resend of it.
+	wantErr(t, "edit key reused for a plain send", commit(t, s, Draft(g.ID, "alice", "c2", "hello"))[0].Err, history.ErrInvalid)
+	wantErr(t, "delete key reused for a plain send", commit(t, s, Draft(g.ID, "alice", "c-del", ""))[0].Err, history.ErrInvalid)
 	res2 := commit(t, s, EditDraft(g.ID, "alice", "k1", other.ID, "x"), EditDraft(g.ID, "alice", "k1", orig.ID, "x"))
 	if res2[0].Err != nil {
 		t.Errorf("first edit of a batch: %v", res2[0].Err)

@@ -201,7 +201,9 @@ func (p *CommitPlan) duplicate(i int, key Key, k Known) bool {
 	d := p.drafts[i]
 	if orig, ok := k.Committed[key]; ok {
 		err := CheckResend(orig.ChatID, orig.Body, d)
-		if err == nil && p.refs {
+		if err == nil && (p.refs || orig.Kind() != KindMessage) {
+			// A plain send under an edit's or delete's key is not its
+			// resend (PROTOCOL.md §7.3: the rules of §3 hold for edits).
 			err = checkResendRef(orig, d)
 		}
 		if err != nil {

@@ -151,6 +151,20 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
 	return true
 }
 
+// noBody answers 400 invalid, and returns false, when a call that takes
+// no request body (the DELETE calls of PROTOCOL.md §2, §7.3, §7.5) is sent
+// one: a body is refused, never ignored, as an unknown key is (§7.7). An
+// empty body (Content-Length 0 or none) is what these calls take.
+func noBody(w http.ResponseWriter, r *http.Request) bool {
+	var one [1]byte
+	n, _ := io.ReadFull(r.Body, one[:])
+	if n > 0 {
+		writeError(w, protocol.CodeInvalid, "this call takes no request body")
+		return false
+	}
+	return true
+}
+
 func validUserIDs(ids []string) error {
 	for _, id := range ids {
 		if err := auth.ValidUser(id); err != nil {
@@ -303,6 +317,9 @@ func (s *Server) handleAddMember(w http.ResponseWriter, r *http.Request, user st
 // chat's messages at once, on every process (delivery.Engine.Exclude); its
 // devices get a chat "removed" event, the remaining members' "updated".
 func (s *Server) handleRemoveMember(w http.ResponseWriter, r *http.Request, user string) {
+	if !noBody(w, r) {
+		return
+	}
 	chatID := r.PathValue("chatId")
 	if !validChatID(chatID) {
 		writeError(w, protocol.CodeInvalid, "chatId must be 1..128 bytes of valid UTF-8 without U+0000")

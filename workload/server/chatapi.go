@@ -155,6 +155,9 @@ func (s *Server) handleAddAdmin(w http.ResponseWriter, r *http.Request, user str
 // (PROTOCOL.md §7.5): an admin steps down (userId must be the caller, else
 // 403). When no admin is left the member who joined earliest becomes one.
 func (s *Server) handleRemoveAdmin(w http.ResponseWriter, r *http.Request, user string) {
+	if !noBody(w, r) {
+		return
+	}
 	chatID, ok := chatPath(w, r)
 	if !ok {
 		return

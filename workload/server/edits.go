@@ -16,16 +16,20 @@ import (
 
 // handleDeleteMessage is DELETE /api/chats/{chatId}/messages/{messageId}
 // (PROTOCOL.md §7.3): the caller, the message's sender or an admin of the
-// group (history.Known.Admin), deletes it. The delete is a message of its
+// group (history.Known.Admin, filled from the admins table), deletes it. The delete is a message of its
 // own ("deletes": messageId, empty body) committed through the accept
 // pipeline like a send, so it is in the chat's sequence, pushed,
 // acknowledged and recovered from history; its commit erases the
 // original's body and its edits' bodies in the store. Answers 200
 // {"message": tombstone}; deleting a deleted message answers the same
-// tombstone. Errors: 400 invalid ids or an edit/delete named as target,
+// tombstone. Errors: 400 invalid ids, a request body (the call takes
+// none) or an edit/delete named as target,
 // 403 a non-member or a message of someone else, 404 no such chat or no
 // such message in it, 503 the store or the pipeline is unavailable.
 func (s *Server) handleDeleteMessage(w http.ResponseWriter, r *http.Request, user string) {
+	if !noBody(w, r) {
+		return
+	}
 	chatID, messageID := r.PathValue("chatId"), r.PathValue("messageId")
 	if !validChatID(chatID) || messageID == "" || len(messageID) > protocol.MaxIDLen || !text.Valid(messageID) {
 		writeError(w, protocol.CodeInvalid, "chatId and messageId must be 1..128 bytes of valid UTF-8 without U+0000")

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
@@ -206,10 +207,22 @@ type presenceJSON struct {
 // {"presence":{"bob":{"online":true},"carol":{"online":false,"lastSeen":...}}}
 // for the named users who share a chat with the caller; the others are
 // left out, never reported. 400 for no users, more than MaxPresenceUsers,
-// or a name that is no user id; 503 when the store or the record is
+// a name that is no user id, users given twice or any other query
+// parameter (strict as bodies are, PROTOCOL.md §7.7); 503 when the store or the record is
 // unavailable.
 func (s *Server) handlePresence(w http.ResponseWriter, r *http.Request, user string) {
-	raw := r.URL.Query().Get("users")
+	q := r.URL.Query()
+	for k, v := range q {
+		switch {
+		case k != "users":
+			writeError(w, protocol.CodeInvalid, fmt.Sprintf("unknown query parameter %q; this call takes \"users\"", k))
+			return
+		case len(v) > 1:
+			writeError(w, protocol.CodeInvalid, "users appears twice: give one comma-separated list")
+			return
+		}
+	}
+	raw := q.Get("users")
 	if raw == "" {
 		writeError(w, protocol.CodeInvalid, "users is required: a comma-separated list of user ids")
 		return

@@ -86,6 +86,7 @@ func testEdit(t *testing.T, s history.Store) {
 			}
 		}
 	}
+	MustCommit(t, s, DeleteDraft(g.ID, "alice", "c-del", MustCommit(t, s, Draft(g.ID, "alice", "c-gone", "gone"))[0].Message.ID))
 	// A resend of the edit (same key, chat and body) is its duplicate.
 	dup := commit(t, s, EditDraft(g.ID, "alice", "c2", orig.ID, "hello"))[0]
 	if dup.Err != nil || !dup.Duplicate || dup.Message.ID != e.ID {
@@ -100,6 +101,10 @@ func testEdit(t *testing.T, s history.Store) {
 	other := MustCommit(t, s, Draft(g.ID, "alice", "c4", "other"))[0].Message
 	wantErr(t, "edit key reused for another target", commit(t, s, EditDraft(g.ID, "alice", "c2", other.ID, "hello"))[0].Err, history.ErrInvalid)
 	wantErr(t, "message key reused for an edit", commit(t, s, EditDraft(g.ID, "alice", "c4", orig.ID, "other"))[0].Err, history.ErrInvalid)
+	// Alone in its batch too: a plain send under the edit's key, with the
+	// edit's chat and body, is no resend of it.
+	wantErr(t, "edit key reused for a plain send", commit(t, s, Draft(g.ID, "alice", "c2", "hello"))[0].Err, history.ErrInvalid)
+	wantErr(t, "delete key reused for a plain send", commit(t, s, Draft(g.ID, "alice", "c-del", ""))[0].Err, history.ErrInvalid)
 	res2 := commit(t, s, EditDraft(g.ID, "alice", "k1", other.ID, "x"), EditDraft(g.ID, "alice", "k1", orig.ID, "x"))
 	if res2[0].Err != nil {
 		t.Errorf("first edit of a batch: %v", res2[0].Err)
@@ -254,6 +259,39 @@ func testDeleteRules(t *testing.T, s history.Store) {
 	}
 }
 
+// testDeleteByAdmins: every admin of a group (ChatAPI.AddAdmin), not only
+// its creator, may delete any message of it; a member who stepped down may
+// not (PROTOCOL.md §7.3 "by a group admin (§7.5)").
+func testDeleteByAdmins(t *testing.T, s history.Store) {
+	ctx := ctxFor(t)
+	g := mustGroup(t, s, "alice", "g", "bob", "carol", "dave")
+	byDave := MustCommit(t, s, Draft(g.ID, "dave", "d1", "dave's one"))[0].Message
+	byDave2 := MustCommit(t, s, Draft(g.ID, "dave", "d2", "dave's two"))[0].Message
+	byAlice := MustCommit(t, s, Draft(g.ID, "alice", "a1", "alice's"))[0].Message
+	wantErr(t, "carol (not an admin) deletes dave's", commit(t, s, DeleteDraft(g.ID, "carol", "c1", byDave.ID))[0].Err, history.ErrForbidden)
+	if _, err := s.AddAdmin(ctx, g.ID, "alice", "bob"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.AddAdmin(ctx, g.ID, "alice", "carol"); err != nil {
+		t.Fatal(err)
+	}
+	// bob, a second admin, deletes dave's message and the creator's.
+	for _, m := range []history.Message{byDave, byAlice} {
+		r := commit(t, s, DeleteDraft(g.ID, "bob", "b-"+m.ID, m.ID))[0]
+		if r.Err != nil || !r.Original.Deleted {
+			t.Errorf("second admin deletes %s's message: %+v", m.SenderID, r)
+		}
+	}
+	// carol steps down: it may no longer delete another's message.
+	if _, err := s.RemoveAdmin(ctx, g.ID, "carol", "carol"); err != nil {
+		t.Fatal(err)
+	}
+	wantErr(t, "carol (stepped down) deletes dave's", commit(t, s, DeleteDraft(g.ID, "carol", "c2", byDave2.ID))[0].Err, history.ErrForbidden)
+	if m := mustPageOne(t, s, g.ID, byDave2.ID); m.Deleted || m.Body != "dave's two" {
+		t.Errorf("a refused delete changed the message: %+v", m)
+	}
+}
+
 // testEditDeleteOneBatch commits an edit and a delete of one message, and
 // a second edit after the delete, in one batch: the edit applies, the
 // delete erases it, the late edit is refused.
@@ -321,5 +359,176 @@ func testCoMembers(t *testing.T, s history.Store) {
 		if strings.Join(got, ",") != want {
 			t.Errorf("CoMembers(%s) = %v, want %s", user, got, want)
 		}
+	}
+}
+
+// chatAPIViews returns how user sees chatID through every read of
+// history.ChatAPI: ChatFor, the chat in ChatList, and the newest page and
+// the forward page of Messages.
+func chatAPIViews(t *testing.T, s history.Store, chatID, user string) (history.Chat, history.Chat, []history.Message, []history.Message) {
+	t.Helper()
+	ctx := ctxFor(t)
+	one, err := s.ChatFor(ctx, chatID, user)
+	if err != nil {
+		t.Fatalf("ChatFor(%s): %v", user, err)
+	}
+	list, _, err := s.ChatList(ctx, user, "", history.MaxListLimit)
+	if err != nil {
+		t.Fatalf("ChatList(%s): %v", user, err)
+	}
+	var listed history.Chat
+	for _, c := range list {
+		if c.ID == chatID {
+			listed = c
+		}
+	}
+	if listed.ID == "" {
+		t.Fatalf("ChatList(%s) misses %s", user, chatID)
+	}
+	newest, _, err := s.Messages(ctx, history.PageQuery{ChatID: chatID, User: user, Before: history.PageEnd, Limit: 100})
+	if err != nil {
+		t.Fatalf("Messages(before=end): %v", err)
+	}
+	forward, _, err := s.Messages(ctx, history.PageQuery{ChatID: chatID, User: user, Limit: 100})
+	if err != nil {
+		t.Fatalf("Messages(forward): %v", err)
+	}
+	return one, listed, newest, forward
+}
+
+// testChatAPIEditsDeletes: the reads of PROTOCOL.md §7 (the chat list, one
+// chat, the newest page) after edits and deletes (§7.3): unread and
+// lastMessage count and show ordinary messages only, an edit shows as its
+// original's new body, a deleted last message as its tombstone, and no
+// answer holds a deleted body; lastActivity follows the newest ordinary
+// message (an edit or a delete does not move the chat up the list); the
+// pages carry edits, deletes, editedAt and deleted as Page does.
+func testChatAPIEditsDeletes(t *testing.T, s history.Store) {
+	g := mustGroup(t, s, "alice", "g", "bob")
+	m1 := MustCommit(t, s, Draft(g.ID, "alice", "c1", "secret first"))[0].Message
+	m2 := MustCommit(t, s, Draft(g.ID, "alice", "c2", "second"))[0].Message
+	time.Sleep(2 * time.Millisecond) // the edit's SentAt is clearly after m2's
+	edit := MustCommit(t, s, EditDraft(g.ID, "alice", "c3", m2.ID, "secret second"))[0].Message
+	check := func(step string, wantLast history.Message, wantN int) {
+		t.Helper()
+		one, listed, newest, forward := chatAPIViews(t, s, g.ID, "bob")
+		for how, c := range map[string]history.Chat{"ChatFor": one, "ChatList": listed} {
+			l := c.LastMessage
+			switch {
+			case l == nil:
+				t.Errorf("%s: %s LastMessage = nil, want %s", step, how, wantLast.ID)
+			case l.ID != wantLast.ID || l.Body != wantLast.Body || l.Deleted != wantLast.Deleted ||
+				!l.EditedAt.Equal(wantLast.EditedAt) || l.Kind() != history.KindMessage:
+				t.Errorf("%s: %s LastMessage = %+v, want %+v", step, how, *l, wantLast)
+			}
+			if c.Unread != wantN {
+				t.Errorf("%s: %s Unread = %d, want %d (ordinary messages only)", step, how, c.Unread, wantN)
+			}
+			if !c.LastActivity.Equal(m2.SentAt) {
+				t.Errorf("%s: %s LastActivity = %v, want the newest ordinary message's SentAt %v", step, how, c.LastActivity, m2.SentAt)
+			}
+		}
+		for how, page := range map[string][]history.Message{"newest page": newest, "forward page": forward} {
+			got := map[string]history.Message{}
+			for _, m := range page {
+				got[m.ID] = m
+			}
+			want, _ := pageMap(t, s, g.ID)
+			if len(page) != len(want) {
+				t.Errorf("%s: %s has %d messages, Page %d", step, how, len(page), len(want))
+			}
+			for id, w := range want {
+				if m := got[id]; m.Body != w.Body || m.Edits != w.Edits || m.Deletes != w.Deletes ||
+					m.Deleted != w.Deleted || !m.EditedAt.Equal(w.EditedAt) {
+					t.Errorf("%s: %s holds %+v, Page %+v", step, how, m, w)
+				}
+			}
+		}
+	}
+	o2 := mustPageOne(t, s, g.ID, m2.ID)
+	if o2.Body != "secret second" || !o2.EditedAt.Equal(edit.SentAt) {
+		t.Fatalf("edited original = %+v", o2)
+	}
+	check("after an edit of the last message", o2, 2)
+	MustCommit(t, s, DeleteDraft(g.ID, "alice", "c4", m1.ID))
+	check("after a delete of an older message", o2, 2)
+	MustCommit(t, s, DeleteDraft(g.ID, "alice", "c5", m2.ID))
+	check("after a delete of the last message", mustPageOne(t, s, g.ID, m2.ID), 2)
+	if l := mustPageOne(t, s, g.ID, m2.ID); !l.Deleted || l.Body != "" {
+		t.Errorf("deleted last message in Page = %+v", l)
+	}
+	one, listed, newest, _ := chatAPIViews(t, s, g.ID, "bob")
+	for _, m := range append(newest, *one.LastMessage, *listed.LastMessage) {
+		if strings.Contains(m.Body, "secret") {
+			t.Errorf("a read of ChatAPI holds a deleted body: %+v", m)
+		}
+	}
+}
+
+// testMemberHistoryEdits: edits and deletes in a "member" group
+// (PROTOCOL.md §7.3 with §7.6; docs/PROTOCOL.md, implementation notes).
+// An edit or delete of a message the reader may not read reveals nothing
+// of that message's body: an edit committed before the reader joined is
+// not shown at all; one committed while it is a member is shown as the
+// edit message (its body is the text the editor sent then), never with
+// the original, which stays out of the reader's pages, lastMessage and
+// unread. A visible original shows its current body, also after an edit
+// committed while the reader was away (that edit message itself is not
+// shown).
+func testMemberHistoryEdits(t *testing.T, s history.Store) {
+	ctx := ctxFor(t)
+	g, err := s.CreateGroupWith(ctx, history.GroupSpec{Creator: "alice", Title: "m", Members: []string{"bob"}, History: history.HistoryMember})
+	if err != nil {
+		t.Fatal(err)
+	}
+	early := MustCommit(t, s, Draft(g.ID, "alice", "a1", "secret early"))[0].Message
+	preJoinEdit := MustCommit(t, s, EditDraft(g.ID, "alice", "a2", early.ID, "secret early, edited before carol"))[0].Message
+	older := MustCommit(t, s, Draft(g.ID, "alice", "a3", "secret older"))[0].Message
+	if _, err := s.AddMember(ctx, g.ID, "alice", "carol"); err != nil {
+		t.Fatal(err)
+	}
+	seen := MustCommit(t, s, Draft(g.ID, "alice", "a4", "carol sees this"))[0].Message
+	edit := MustCommit(t, s, EditDraft(g.ID, "alice", "a5", older.ID, "new text while carol is here"))[0].Message
+	del := MustCommit(t, s, DeleteDraft(g.ID, "alice", "a6", early.ID))[0].Message
+	// carol away: an edit of a message it may read.
+	if _, _, err := s.RemoveMember(ctx, g.ID, "alice", "carol"); err != nil {
+		t.Fatal(err)
+	}
+	awayEdit := MustCommit(t, s, EditDraft(g.ID, "alice", "a7", seen.ID, "carol sees this, edited while away"))[0].Message
+	if _, err := s.AddMember(ctx, g.ID, "alice", "carol"); err != nil {
+		t.Fatal(err)
+	}
+	_, listed, newest, forward := chatAPIViews(t, s, g.ID, "carol")
+	want := []string{seen.ID, edit.ID, del.ID}
+	for how, page := range map[string][]history.Message{"newest page": newest, "forward page": forward} {
+		if got := ids(page); strings.Join(got, ",") != strings.Join(want, ",") {
+			t.Errorf("carol's %s = %v, want %v (the message and the edit and delete committed while it was a member; not %s, %s, %s, %s)",
+				how, got, want, early.ID, preJoinEdit.ID, older.ID, awayEdit.ID)
+		}
+		for _, m := range page {
+			if strings.Contains(m.Body, "secret") {
+				t.Errorf("carol's %s holds a body from before it joined: %+v", how, m)
+			}
+			switch m.ID {
+			case edit.ID:
+				if m.Edits != older.ID || m.Body != "new text while carol is here" {
+					t.Errorf("the edit in carol's %s = %+v, want edits %s with the text sent while carol was there", how, m, older.ID)
+				}
+			case del.ID:
+				if m.Deletes != early.ID || m.Body != "" {
+					t.Errorf("the delete in carol's %s = %+v", how, m)
+				}
+			case seen.ID:
+				if m.Body != awayEdit.Body || !m.EditedAt.Equal(awayEdit.SentAt) {
+					t.Errorf("carol's visible original = %+v, want its current body %q", m, awayEdit.Body)
+				}
+			}
+		}
+	}
+	if l := listed.LastMessage; l == nil || l.ID != seen.ID || l.Body != awayEdit.Body {
+		t.Errorf("carol's lastMessage = %+v, want %s with its current body", l, seen.ID)
+	}
+	if listed.Unread != 1 {
+		t.Errorf("carol's unread = %d, want 1 (%s only: edits and deletes and messages outside its intervals are not counted)", listed.Unread, seen.ID)
 	}
 }

@@ -36,10 +36,12 @@ const visibleSQL = `($3 OR h.id > $4 OR EXISTS (SELECT 1 FROM member_spans AS s
 // history's primary key backwards and filtering by chat.
 const (
 	beforeSQL = `WITH b AS (SELECT coalesce((SELECT id FROM history WHERE message_id = $8 AND chat_id = $1), $7) AS id)
-	SELECT h.id, h.message_id, h.sender_id, h.sender_device, h.correlation_id, h.body, h.sent_at
+	SELECT h.id, h.message_id, h.sender_id, h.sender_device, h.correlation_id, h.body, h.sent_at,
+		h.kind, h.ref, h.edited_at, h.deleted
 	FROM b, history AS h WHERE h.chat_id = $1 AND h.id > $2 AND h.id < b.id AND ` + visibleSQL + ` ORDER BY h.chat_id DESC, h.id DESC LIMIT $6`
 	sinceSQL = `WITH a AS (SELECT greatest($2, coalesce((SELECT id FROM history WHERE message_id = $7 AND chat_id = $1), 0)) AS id)
-	SELECT h.id, h.message_id, h.sender_id, h.sender_device, h.correlation_id, h.body, h.sent_at
+	SELECT h.id, h.message_id, h.sender_id, h.sender_device, h.correlation_id, h.body, h.sent_at,
+		h.kind, h.ref, h.edited_at, h.deleted
 	FROM a, history AS h WHERE h.chat_id = $1 AND h.id > a.id AND ` + visibleSQL + ` ORDER BY h.chat_id, h.id LIMIT $6`
 )
 
@@ -54,11 +56,13 @@ type membership struct {
 }
 
 // membershipSQL lists the chats of member $1 (all, or the one $2 when not
-// empty) with what the list and the visibility need; the newest message is
-// one probe at the end of the chat's range of history_unread.
+// empty) with what the list and the visibility need; the newest ordinary
+// message (kind 0: edits and deletes do not move a chat up the list,
+// PROTOCOL.md §7.3) is one probe at the end of the chat's range of
+// history_unread.
 const membershipSQL = `SELECT c.id, c.kind, c.title, c.created_by, c.created_at, c.history, m.joined_at, m.joined_seq,
 	coalesce(r.seq, 0),
-	coalesce((SELECT h.sent_at FROM history AS h WHERE h.chat_id = c.id
+	coalesce((SELECT h.sent_at FROM history AS h WHERE h.chat_id = c.id AND h.kind = 0
 		AND h.id > (CASE WHEN c.history = 'member' THEN m.joined_seq ELSE 0 END) ORDER BY h.chat_id DESC, h.id DESC LIMIT 1), 0),
 	CASE WHEN c.history = 'member' THEN array(SELECT s.from_seq FROM member_spans AS s
 		WHERE s.chat_id = c.id AND s.user_id = m.user_id ORDER BY s.from_seq) END,
@@ -144,9 +148,14 @@ func member(ctx context.Context, tx pgx.Tx, chatID, user string) (membership, er
 func scanMessages(rows pgx.Rows, chatID string) ([]history.Message, error) {
 	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (history.Message, error) {
 		m := history.Message{ChatID: chatID}
-		var sentAt int64
-		err := row.Scan(&m.Seq, &m.ID, &m.SenderID, &m.SenderDevice, &m.CorrelationID, &m.Body, &sentAt)
+		var sentAt, editedAt int64
+		var kind int16
+		var ref string
+		var deleted bool
+		err := row.Scan(&m.Seq, &m.ID, &m.SenderID, &m.SenderDevice, &m.CorrelationID, &m.Body, &sentAt,
+			&kind, &ref, &editedAt, &deleted)
 		m.SentAt = fromNanos(sentAt)
+		setKind(&m, int(kind), ref, editedAt, deleted)
 		return m, err
 	})
 }
@@ -273,16 +282,19 @@ func (db *DB) ChatList(ctx context.Context, user, cursor string, limit int) ([]h
 
 // fillSQL reads, for each chat $1[i] (marker or floor $2[i], floor $3[i],
 // shared $4[i], interval start $5[i]) of reader $6, the unread count up to
-// $7 and the last visible message: one bounded range of history_unread
-// each, in one statement.
-const fillSQL = `SELECT p.chat_id, u.n, l.id, l.message_id, l.sender_id, l.sender_device, l.correlation_id, l.body, l.sent_at
+// $7 and the last visible message, ordinary messages only (kind 0,
+// PROTOCOL.md §7.3): one bounded range of history_unread each, in one
+// statement.
+const fillSQL = `SELECT p.chat_id, u.n, l.id, l.message_id, l.sender_id, l.sender_device, l.correlation_id, l.body, l.sent_at,
+		l.edited_at, l.deleted
 	FROM (SELECT x.chat_id COLLATE "C" AS chat_id, x.mark, x.floor, x.shared, x.joined
 		FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bool[], $5::bigint[]) AS x(chat_id, mark, floor, shared, joined)) AS p
 	CROSS JOIN LATERAL (SELECT count(*) AS n FROM (SELECT 1 FROM history AS h
-		WHERE h.chat_id = p.chat_id AND h.id > p.mark AND h.sender_id <> $6 AND ` + fillVisibleSQL + `
+		WHERE h.chat_id = p.chat_id AND h.id > p.mark AND h.sender_id <> $6 AND h.kind = 0 AND ` + fillVisibleSQL + `
 		ORDER BY h.chat_id, h.id LIMIT $7) AS x) AS u
-	LEFT JOIN LATERAL (SELECT h.id, h.message_id, h.sender_id, h.sender_device, h.correlation_id, h.body, h.sent_at
-		FROM history AS h WHERE h.chat_id = p.chat_id AND h.id > p.floor AND ` + fillVisibleSQL + `
+	LEFT JOIN LATERAL (SELECT h.id, h.message_id, h.sender_id, h.sender_device, h.correlation_id, h.body, h.sent_at,
+			h.edited_at, h.deleted
+		FROM history AS h WHERE h.chat_id = p.chat_id AND h.id > p.floor AND h.kind = 0 AND ` + fillVisibleSQL + `
 		ORDER BY h.chat_id DESC, h.id DESC LIMIT 1) AS l ON true`
 
 // fillVisibleSQL is visibleSQL on the columns of fillSQL's p.
@@ -346,14 +358,18 @@ func fillChats(ctx context.Context, tx pgx.Tx, ms []membership, user string) ([]
 	}
 	rows, _ = br.Query()
 	var n int
-	var seq, sentAt *int64
+	var seq, sentAt, editedAt *int64
 	var mid, sender, device, corr, body *string
-	if _, err := pgx.ForEachRow(rows, []any{&chatID, &n, &seq, &mid, &sender, &device, &corr, &body, &sentAt}, func() error {
+	var deleted *bool
+	if _, err := pgx.ForEachRow(rows, []any{&chatID, &n, &seq, &mid, &sender, &device, &corr, &body, &sentAt, &editedAt, &deleted}, func() error {
 		i := index[chatID]
 		chats[i].Unread = n
 		if seq != nil {
 			chats[i].LastMessage = &history.Message{Seq: *seq, ID: *mid, ChatID: chatID, SenderID: *sender,
 				SenderDevice: *device, CorrelationID: *corr, Body: *body, SentAt: fromNanos(*sentAt)}
+			// An ordinary message (kind 0): its current body, editedAt
+			// after an edit, or its tombstone after a delete (§7.3).
+			setKind(chats[i].LastMessage, history.KindMessage, "", *editedAt, *deleted)
 		}
 		return nil
 	}); err != nil {

@@ -169,7 +169,10 @@ func (r *commitRun) read(ctx context.Context, conn *pgxpool.Conn, chats, senders
 			return err
 		}
 		rows, _ := br.Query()
-		msgs, err := pgx.CollectRows(rows, scanMessage)
+		// With kind and ref: a resend must match an edit or delete as
+		// such (history.CheckResend; PROTOCOL.md §7.3). Rows come back
+		// for resends only.
+		msgs, err := pgx.CollectRows(rows, scanMessageRow)
 		if err != nil {
 			return err
 		}
@@ -253,7 +256,7 @@ func (r *commitRun) read(ctx context.Context, conn *pgxpool.Conn, chats, senders
 // grew: the read round trip took 2.6 ms per batch of 36 at 3,600 history
 // rows and 22 ms at 21,600; as probes it stays at 0.5 ms
 // (TestCommitReadsProbeTheIndex checks the generic plans).
-const keysQuery = `SELECT h.id, h.message_id, h.chat_id, h.sender_id, h.sender_device, h.correlation_id, h.body, h.sent_at
+const keysQuery = `SELECT ` + messageColumns + `
 	FROM unnest($1::text[], $2::text[]) AS k(sender_id, correlation_id)
 	CROSS JOIN LATERAL (SELECT * FROM history AS h
 		WHERE h.sender_id = k.sender_id AND h.correlation_id = k.correlation_id LIMIT 1) AS h`
@@ -298,16 +301,6 @@ func collectMemberRows(rows pgx.Rows, into map[string][]string) error {
 		into[chat] = ms
 	}
 	return rows.Err()
-}
-
-// scanMessage scans a history row: id, message_id, chat_id, sender_id,
-// sender_device, correlation_id, body, sent_at.
-func scanMessage(row pgx.CollectableRow) (history.Message, error) {
-	var m history.Message
-	var sentAt int64
-	err := row.Scan(&m.Seq, &m.ID, &m.ChatID, &m.SenderID, &m.SenderDevice, &m.CorrelationID, &m.Body, &sentAt)
-	m.SentAt = fromNanos(sentAt)
-	return m, err
 }
 
 // insertSQL inserts the planned history rows and their outbox rows in one

@@ -36,15 +36,20 @@ func messageDest(m *history.Message) ([]any, func()) {
 		&kind, &ref, &editedAt, &deleted}
 	return dest, func() {
 		m.SentAt = fromNanos(sentAt)
-		m.Edits, m.Deletes, m.EditedAt = "", "", fromNanosOrZero(editedAt)
-		switch int(kind) {
-		case history.KindEdit:
-			m.Edits = ref
-		case history.KindDelete:
-			m.Deletes = ref
-		}
-		m.Deleted = deleted
+		setKind(m, int(kind), ref, editedAt, deleted)
 	}
+}
+
+// setKind fills the edit and delete fields of m from their columns.
+func setKind(m *history.Message, kind int, ref string, editedAt int64, deleted bool) {
+	m.Edits, m.Deletes, m.EditedAt = "", "", fromNanosOrZero(editedAt)
+	switch kind {
+	case history.KindEdit:
+		m.Edits = ref
+	case history.KindDelete:
+		m.Deletes = ref
+	}
+	m.Deleted = deleted
 }
 
 // scanMessageRow scans messageColumns.
@@ -65,9 +70,10 @@ func fromNanosOrZero(n int64) time.Time {
 }
 
 // targetsQuery reads the messages $1 and, for each, its chat's kind and
-// creator (the first admin, PROTOCOL.md §7.5; the admins of migration
-// 0004 plug in here).
-const targetsQuery = `SELECT ` + messageColumns + `, c.kind, c.created_by
+// admins (members with admin_at > 0, migration 0004; PROTOCOL.md §7.5),
+// who may delete any message of the group.
+const targetsQuery = `SELECT ` + messageColumns + `, c.kind,
+		ARRAY(SELECT m.user_id FROM members AS m WHERE m.chat_id = h.chat_id AND m.admin_at > 0)
 	FROM history AS h JOIN chats AS c ON c.id = h.chat_id
 	WHERE h.message_id = ANY($1::text[])`
 
@@ -86,22 +92,25 @@ func (r *commitRun) readTargets(ctx context.Context, conn *pgxpool.Conn, k *hist
 		return unavailable("commit: targets", err)
 	}
 	k.Targets = map[string]history.Message{}
-	admins := map[string]string{}
+	admins := map[[2]string]bool{}
 	var m history.Message
-	var chatKind, creator string
+	var chatKind string
+	var groupAdmins []string
 	dest, done := messageDest(&m)
-	_, err = pgx.ForEachRow(rows, append(dest, &chatKind, &creator), func() error {
+	_, err = pgx.ForEachRow(rows, append(dest, &chatKind, &groupAdmins), func() error {
 		done()
 		k.Targets[m.ID] = m
-		if chatKind == history.KindGroup && creator != "" {
-			admins[m.ChatID] = creator
+		if chatKind == history.KindGroup {
+			for _, a := range groupAdmins {
+				admins[[2]string{m.ChatID, a}] = true
+			}
 		}
 		return nil
 	})
 	if err != nil {
 		return unavailable("commit: targets", err)
 	}
-	k.Admin = func(chatID, user string) bool { return admins[chatID] == user }
+	k.Admin = func(chatID, user string) bool { return admins[[2]string{chatID, user}] }
 	history.CommittedRefs(k)
 	return nil
 }

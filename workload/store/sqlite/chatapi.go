@@ -31,14 +31,15 @@ const visibleSQL = `(?3 OR h.id > ?4 OR EXISTS (SELECT 1 FROM member_spans AS s
 // the lower bound (exclusive), ?6 the limit, ?7 the upper bound
 // (exclusive).
 const (
-	forwardSQL = `SELECT h.id, h.message_id, h.sender_id, h.sender_device, h.correlation_id, h.body, h.sent_at
-	FROM history AS h WHERE h.chat_id = ?1 AND h.id > ?2 AND ` + visibleSQL + ` ORDER BY h.id LIMIT ?6`
-	backwardSQL = `SELECT h.id, h.message_id, h.sender_id, h.sender_device, h.correlation_id, h.body, h.sent_at
-	FROM history AS h WHERE h.chat_id = ?1 AND h.id > ?2 AND h.id < ?7 AND ` + visibleSQL + ` ORDER BY h.id DESC LIMIT ?6`
-	// unreadVisibleSQL counts others' visible messages above ?2 (the
-	// reader's marker or the floor), up to ?6 (history.MaxUnread).
+	forwardSQL = `SELECT h.id, h.message_id, h.sender_id, h.sender_device, h.correlation_id, h.body, h.sent_at,
+	h.kind, h.ref, h.edited_at, h.deleted FROM history AS h WHERE h.chat_id = ?1 AND h.id > ?2 AND ` + visibleSQL + ` ORDER BY h.id LIMIT ?6`
+	backwardSQL = `SELECT h.id, h.message_id, h.sender_id, h.sender_device, h.correlation_id, h.body, h.sent_at,
+	h.kind, h.ref, h.edited_at, h.deleted FROM history AS h WHERE h.chat_id = ?1 AND h.id > ?2 AND h.id < ?7 AND ` + visibleSQL + ` ORDER BY h.id DESC LIMIT ?6`
+	// unreadVisibleSQL counts others' visible ordinary messages (kind 0,
+	// PROTOCOL.md §7.3) above ?2 (the reader's marker or the floor), up to
+	// ?6 (history.MaxUnread).
 	unreadVisibleSQL = `SELECT count(*) FROM (SELECT 1 FROM history AS h
-	WHERE h.chat_id = ?1 AND h.id > ?2 AND h.sender_id <> ?5 AND ` + visibleSQL + ` ORDER BY h.id LIMIT ?6)`
+	WHERE h.chat_id = ?1 AND h.id > ?2 AND h.sender_id <> ?5 AND h.kind = 0 AND ` + visibleSQL + ` ORDER BY h.id LIMIT ?6)`
 )
 
 // membership is what the reading member's row says about one chat.
@@ -52,11 +53,13 @@ type membership struct {
 }
 
 // membershipSQL lists the chats of member ?1 (all, or the one ?2 when not
-// empty) with what the list and the visibility need; the newest message is
-// one probe at the end of the chat's range of history_unread.
+// empty) with what the list and the visibility need; the newest ordinary
+// message (kind 0: edits and deletes do not move a chat up the list,
+// PROTOCOL.md §7.3) is one probe at the end of the chat's range of
+// history_unread.
 const membershipSQL = `SELECT c.id, c.kind, c.title, c.created_by, c.created_at, c.history, m.joined_at, m.joined_seq,
 	coalesce((SELECT r.seq FROM reads AS r WHERE r.chat_id = c.id AND r.user_id = m.user_id), 0),
-	coalesce((SELECT h.sent_at FROM history AS h WHERE h.chat_id = c.id
+	coalesce((SELECT h.sent_at FROM history AS h WHERE h.chat_id = c.id AND h.kind = 0
 		AND h.id > (CASE WHEN c.history = 'member' THEN m.joined_seq ELSE 0 END) ORDER BY h.id DESC LIMIT 1), 0)
 	FROM members AS m JOIN chats AS c ON c.id = m.chat_id
 	WHERE m.user_id = ?1 AND (?2 = '' OR m.chat_id = ?2) AND c.closed = 0`
@@ -159,11 +162,16 @@ func page(ctx context.Context, q querier, m membership, user string, lower, uppe
 			break
 		}
 		msg := history.Message{ChatID: m.chat.ID}
-		var sentAt int64
-		if err := rows.Scan(&msg.Seq, &msg.ID, &msg.SenderID, &msg.SenderDevice, &msg.CorrelationID, &msg.Body, &sentAt); err != nil {
+		var sentAt, editedAt int64
+		var kind int
+		var ref string
+		var deleted bool
+		if err := rows.Scan(&msg.Seq, &msg.ID, &msg.SenderID, &msg.SenderDevice, &msg.CorrelationID, &msg.Body, &sentAt,
+			&kind, &ref, &editedAt, &deleted); err != nil {
 			return nil, false, unavailable("page", err)
 		}
 		msg.SentAt = fromNanos(sentAt)
+		setKind(&msg, kind, ref, editedAt, deleted)
 		msgs = append(msgs, msg)
 	}
 	if err := rows.Err(); err != nil {
@@ -361,12 +369,13 @@ func fill(ctx context.Context, tx *sql.Tx, ms []membership, user string) ([]hist
 			j.value ->> 3 AS shared, j.value ->> 4 AS joined FROM json_each(?3) AS j),
 		q AS MATERIALIZED (SELECT p.chat_id,
 			(SELECT count(*) FROM (SELECT 1 FROM history AS h
-				WHERE h.chat_id = p.chat_id AND h.id > p.mark AND h.sender_id <> ?1 AND `+fillVisibleSQL+`
+				WHERE h.chat_id = p.chat_id AND h.id > p.mark AND h.sender_id <> ?1 AND h.kind = 0 AND `+fillVisibleSQL+`
 				ORDER BY h.id LIMIT ?2)) AS n,
 			(SELECT h.id FROM history AS h
-				WHERE h.chat_id = p.chat_id AND h.id > p.floor AND `+fillVisibleSQL+` ORDER BY h.id DESC LIMIT 1) AS last
+				WHERE h.chat_id = p.chat_id AND h.id > p.floor AND h.kind = 0 AND `+fillVisibleSQL+` ORDER BY h.id DESC LIMIT 1) AS last
 			FROM p)
-		SELECT q.chat_id, q.n, l.id, l.message_id, l.sender_id, l.sender_device, l.correlation_id, l.body, l.sent_at
+		SELECT q.chat_id, q.n, l.id, l.message_id, l.sender_id, l.sender_device, l.correlation_id, l.body, l.sent_at,
+			l.edited_at, l.deleted
 		FROM q LEFT JOIN history AS l ON l.id = q.last`, user, history.MaxUnread, string(pj))
 	if err != nil {
 		return nil, unavailable("unread and last message", err)
@@ -375,9 +384,10 @@ func fill(ctx context.Context, tx *sql.Tx, ms []membership, user string) ([]hist
 	for rows.Next() {
 		var chatID string
 		var n int
-		var seq, sentAt sql.NullInt64
+		var seq, sentAt, editedAt sql.NullInt64
 		var mid, sender, device, corr, body sql.NullString
-		if err := rows.Scan(&chatID, &n, &seq, &mid, &sender, &device, &corr, &body, &sentAt); err != nil {
+		var deleted sql.NullBool
+		if err := rows.Scan(&chatID, &n, &seq, &mid, &sender, &device, &corr, &body, &sentAt, &editedAt, &deleted); err != nil {
 			return nil, unavailable("unread and last message", err)
 		}
 		i := index[chatID]
@@ -385,6 +395,9 @@ func fill(ctx context.Context, tx *sql.Tx, ms []membership, user string) ([]hist
 		if seq.Valid {
 			chats[i].LastMessage = &history.Message{Seq: seq.Int64, ID: mid.String, ChatID: chatID, SenderID: sender.String,
 				SenderDevice: device.String, CorrelationID: corr.String, Body: body.String, SentAt: fromNanos(sentAt.Int64)}
+			// An ordinary message (kind 0): its current body, editedAt
+			// after an edit, or its tombstone after a delete (§7.3).
+			setKind(chats[i].LastMessage, history.KindMessage, "", editedAt.Int64, deleted.Bool)
 		}
 	}
 	if err := rows.Err(); err != nil {

@@ -138,12 +138,12 @@ func (c *committer) readKeys(keys []history.Key, into map[history.Key]history.Me
 		args = append(args, key.Sender, key.Correlation)
 	}
 	err := c.db.readKeys.query(c.ctx, c.tx, len(keys), args, func(rows *sql.Rows) error {
-		var m history.Message
-		var sentAt int64
-		if err := rows.Scan(&m.Seq, &m.ID, &m.ChatID, &m.SenderID, &m.SenderDevice, &m.CorrelationID, &m.Body, &sentAt); err != nil {
+		// With kind and ref: a resend must match an edit or delete as
+		// such (PROTOCOL.md §7.3). Rows come back for resends only.
+		m, err := scanMessage(rows)
+		if err != nil {
 			return err
 		}
-		m.SentAt = fromNanos(sentAt)
 		into[history.Key{Sender: m.SenderID, Correlation: m.CorrelationID}] = m
 		return nil
 	})

@@ -1,6 +1,7 @@
 package sqlite
 
 import (
+	"database/sql"
 	"strings"
 
 	"github.com/tetra-messenger/tetra/workload/history"
@@ -49,15 +50,16 @@ func setKind(m *history.Message, kind int, ref string, editedAt int64, deleted b
 
 // readTargets reads the messages ids names (the targets, and the
 // messages under the batch's keys) into k.Targets, and who may
-// delete any message of their chats into k.Admin: a group's creator, its
-// first admin (PROTOCOL.md §7.5; the admins of migration 0004 plug in
-// here).
+// delete any message of their chats into k.Admin: a group's admins as the
+// members table holds them in this transaction (admin_at > 0, migration
+// 0004; PROTOCOL.md §7.5).
 func (c *committer) readTargets(ids []string, k *history.Known) error {
 	args := make([]any, len(ids))
 	for i, id := range ids {
 		args[i] = id
 	}
-	rows, err := c.tx.QueryContext(c.ctx, `SELECT `+messageColumns+`, ch.kind, ch.created_by
+	rows, err := c.tx.QueryContext(c.ctx, `SELECT `+messageColumns+`, ch.kind,
+		(SELECT group_concat(m.user_id, char(10)) FROM members AS m WHERE m.chat_id = h.chat_id AND m.admin_at > 0)
 		FROM history AS h JOIN chats AS ch ON ch.id = h.chat_id
 		WHERE h.message_id IN (?`+strings.Repeat(", ?", len(ids)-1)+`)`, args...)
 	if err != nil {
@@ -65,28 +67,32 @@ func (c *committer) readTargets(ids []string, k *history.Known) error {
 	}
 	defer rows.Close()
 	k.Targets = map[string]history.Message{}
-	admins := map[string]string{}
+	admins := map[[2]string]bool{}
 	for rows.Next() {
 		var m history.Message
 		var sentAt, editedAt int64
 		var kind int
-		var ref, chatKind, creator string
+		var ref, chatKind string
+		var groupAdmins sql.NullString
 		var deleted bool
 		if err := rows.Scan(&m.Seq, &m.ID, &m.ChatID, &m.SenderID, &m.SenderDevice, &m.CorrelationID, &m.Body, &sentAt,
-			&kind, &ref, &editedAt, &deleted, &chatKind, &creator); err != nil {
+			&kind, &ref, &editedAt, &deleted, &chatKind, &groupAdmins); err != nil {
 			return unavailable("commit: targets", err)
 		}
 		m.SentAt = fromNanos(sentAt)
 		setKind(&m, kind, ref, editedAt, deleted)
 		k.Targets[m.ID] = m
-		if chatKind == history.KindGroup && creator != "" {
-			admins[m.ChatID] = creator
+		if chatKind == history.KindGroup && groupAdmins.Valid {
+			// User ids hold no control characters (validUser).
+			for _, a := range strings.Split(groupAdmins.String, "\n") {
+				admins[[2]string{m.ChatID, a}] = true
+			}
 		}
 	}
 	if err := rows.Err(); err != nil {
 		return unavailable("commit: targets", err)
 	}
-	k.Admin = func(chatID, user string) bool { return admins[chatID] == user }
+	k.Admin = func(chatID, user string) bool { return admins[[2]string{chatID, user}] }
 	history.CommittedRefs(k)
 	return nil
 }

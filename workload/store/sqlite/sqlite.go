@@ -161,7 +161,7 @@ func (db *DB) prepare(ctx context.Context) error {
 	}
 	many(&db.readKeys, 2, "(?, ?)", func(list string) string {
 		return `WITH k(s, c) AS (VALUES ` + list + `)
-		SELECT h.id, h.message_id, h.chat_id, h.sender_id, h.sender_device, h.correlation_id, h.body, h.sent_at
+		SELECT ` + messageColumns + `
 		FROM k CROSS JOIN history AS h ON h.sender_id = k.s AND h.correlation_id = k.c`
 	})
 	many(&db.readIDs, 1, "?", func(list string) string {

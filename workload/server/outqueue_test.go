@@ -41,9 +41,11 @@ func TestOutQueue(t *testing.T) {
 	for !q.waiting.Load() {
 		time.Sleep(time.Millisecond)
 	}
+	<-q.ready() // one signal for what was pushed: the writer takes all of it
 	for i := 0; i < 2; i++ {
-		<-q.next()
-		q.took()
+		if _, ok := q.pop(); !ok {
+			t.Fatal("a queued frame was not there to take")
+		}
 	}
 	select {
 	case ok := <-got:

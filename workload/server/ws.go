@@ -320,44 +320,41 @@ func (c *session) writer(ctx context.Context) {
 	// batch writes f and, when more frames are queued already, those
 	// too, corked into one write(2) (cork.go).
 	batch := func(f []byte) bool {
-		if c.cork == nil || len(c.out.next()) == 0 {
+		if c.cork == nil || c.out.len() == 0 {
 			return write(f)
 		}
 		c.cork.cork()
 		ok := c.ws.Write(never, websocket.MessageText, f) == nil
-	more:
 		for ok && c.cork.held() < maxCorkBytes {
-			select {
-			case f := <-c.out.next():
-				c.out.took()
-				ok = c.ws.Write(never, websocket.MessageText, f) == nil
-			default:
-				break more
+			f, more := c.out.pop()
+			if !more {
+				break
 			}
+			ok = c.ws.Write(never, websocket.MessageText, f) == nil
 		}
 		return guard(c.cork.uncork) && ok
 	}
 	for {
 		select {
-		case f := <-c.out.next():
-			c.out.took()
-			if !batch(f) {
-				c.Close(int(websocket.StatusGoingAway), "write failed")
-				c.srv.metrics.WebSocketClosed(1006) // dropped without a close frame
-				c.ws.CloseNow()
-				return
+		case <-c.out.ready():
+			for {
+				f, ok := c.out.pop()
+				if !ok {
+					break
+				}
+				if !batch(f) {
+					c.Close(int(websocket.StatusGoingAway), "write failed")
+					c.srv.metrics.WebSocketClosed(1006) // dropped without a close frame
+					c.ws.CloseNow()
+					return
+				}
 			}
 		case <-c.closing:
 			deadline := time.Now().Add(time.Second)
-		flush:
 			for time.Now().Before(deadline) {
-				select {
-				case f := <-c.out.next():
-					if !write(f) {
-						break flush
-					}
-				default:
-					break flush
+				f, ok := c.out.pop()
+				if !ok || !write(f) {
+					break
 				}
 			}
 			// Counted before the close frame goes, so a client that saw it

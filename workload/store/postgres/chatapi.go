@@ -36,10 +36,10 @@ const visibleSQL = `($3 OR h.id > $4 OR EXISTS (SELECT 1 FROM member_spans AS s
 // history's primary key backwards and filtering by chat.
 const (
 	beforeSQL = `WITH b AS (SELECT coalesce((SELECT id FROM history WHERE message_id = $8 AND chat_id = $1), $7) AS id)
-	SELECT h.id, h.message_id, h.sender_id, h.sender_device, h.correlation_id, h.body, h.sent_at
+	SELECT ` + messageColumns + `
 	FROM b, history AS h WHERE h.chat_id = $1 AND h.id > $2 AND h.id < b.id AND ` + visibleSQL + ` ORDER BY h.chat_id DESC, h.id DESC LIMIT $6`
 	sinceSQL = `WITH a AS (SELECT greatest($2, coalesce((SELECT id FROM history WHERE message_id = $7 AND chat_id = $1), 0)) AS id)
-	SELECT h.id, h.message_id, h.sender_id, h.sender_device, h.correlation_id, h.body, h.sent_at
+	SELECT ` + messageColumns + `
 	FROM a, history AS h WHERE h.chat_id = $1 AND h.id > a.id AND ` + visibleSQL + ` ORDER BY h.chat_id, h.id LIMIT $6`
 )
 
@@ -140,15 +140,15 @@ func member(ctx context.Context, tx pgx.Tx, chatID, user string) (membership, er
 	return membership{}, fmt.Errorf("%w: %q in chat %q", history.ErrNotMember, user, chatID)
 }
 
-// scanMessages collects the rows of beforeSQL or sinceSQL.
+// scanMessages collects the rows of beforeSQL or sinceSQL, with their
+// edit and delete columns (PROTOCOL.md §7.3: a page carries edits,
+// deletes, editedAt and deleted). chatID is the page's chat.
 func scanMessages(rows pgx.Rows, chatID string) ([]history.Message, error) {
-	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (history.Message, error) {
-		m := history.Message{ChatID: chatID}
-		var sentAt int64
-		err := row.Scan(&m.Seq, &m.ID, &m.SenderID, &m.SenderDevice, &m.CorrelationID, &m.Body, &sentAt)
-		m.SentAt = fromNanos(sentAt)
-		return m, err
-	})
+	msgs, err := pgx.CollectRows(rows, scanMessageRow)
+	for i := range msgs {
+		msgs[i].ChatID = chatID
+	}
+	return msgs, err
 }
 
 // Messages implements history.ChatAPI: one page of q.ChatID as q.User may

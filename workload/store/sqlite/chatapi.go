@@ -31,9 +31,9 @@ const visibleSQL = `(?3 OR h.id > ?4 OR EXISTS (SELECT 1 FROM member_spans AS s
 // the lower bound (exclusive), ?6 the limit, ?7 the upper bound
 // (exclusive).
 const (
-	forwardSQL = `SELECT h.id, h.message_id, h.sender_id, h.sender_device, h.correlation_id, h.body, h.sent_at
+	forwardSQL = `SELECT ` + messageColumns + `
 	FROM history AS h WHERE h.chat_id = ?1 AND h.id > ?2 AND ` + visibleSQL + ` ORDER BY h.id LIMIT ?6`
-	backwardSQL = `SELECT h.id, h.message_id, h.sender_id, h.sender_device, h.correlation_id, h.body, h.sent_at
+	backwardSQL = `SELECT ` + messageColumns + `
 	FROM history AS h WHERE h.chat_id = ?1 AND h.id > ?2 AND h.id < ?7 AND ` + visibleSQL + ` ORDER BY h.id DESC LIMIT ?6`
 	// unreadVisibleSQL counts others' visible messages above ?2 (the
 	// reader's marker or the floor), up to ?6 (history.MaxUnread).
@@ -158,12 +158,12 @@ func page(ctx context.Context, q querier, m membership, user string, lower, uppe
 			more = true
 			break
 		}
-		msg := history.Message{ChatID: m.chat.ID}
-		var sentAt int64
-		if err := rows.Scan(&msg.Seq, &msg.ID, &msg.SenderID, &msg.SenderDevice, &msg.CorrelationID, &msg.Body, &sentAt); err != nil {
+		// The edit and delete columns too (PROTOCOL.md §7.3: a page
+		// carries edits, deletes, editedAt and deleted).
+		msg, err := scanMessage(rows)
+		if err != nil {
 			return nil, false, unavailable("page", err)
 		}
-		msg.SentAt = fromNanos(sentAt)
 		msgs = append(msgs, msg)
 	}
 	if err := rows.Err(); err != nil {

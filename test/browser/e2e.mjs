@@ -286,9 +286,172 @@ async function history(user, chatId) {
   }
 }
 
+/** apiCall calls the HTTP API as user and returns the decoded answer. */
+async function apiCall(user, method, path, body) {
+  const token = await demoToken(user);
+  const res = await fetch(`${BASE}${path}`, {
+    method,
+    headers: { Authorization: `Bearer ${token}`, ...(body ? { 'Content-Type': 'application/json' } : {}) },
+    body: body ? JSON.stringify(body) : undefined,
+  });
+  const text = await res.text();
+  assert.ok(res.ok, `${method} ${path}: ${res.status} ${text}`);
+  return JSON.parse(text);
+}
+
+/** historyLog records the page's history requests (GET .../messages) with their query. */
+function historyLog(page) {
+  const log = [];
+  page.on('request', (r) => {
+    const u = new URL(r.url());
+    if (/^\/api\/chats\/[^/]+\/messages$/.test(u.pathname) && r.method() === 'GET') log.push(u);
+  });
+  return log;
+}
+
+/** waitPreview waits until chatId's entry in the chat list previews text. */
+const waitPreview = (page, chatId, text) =>
+  page.waitForFunction(
+    ([sel, text]) => document.querySelector(sel)?.textContent === text,
+    [`${chatItem(chatId)} .preview`, text],
+    { timeout: WAIT },
+  );
+
+/** msgCount waits until the open chat renders exactly n messages. */
+const msgCount = (page, n) =>
+  page.waitForFunction((n) => document.querySelectorAll('#message-list .msg').length === n, n, { timeout: WAIT });
+
+/** bubble is the selector of a rendered message by its body text's message id. */
+const bubble = (id) => `#message-list .msg[data-message-id="${id}"]`;
+
+/** msgId returns the messageId of the rendered message with this body. */
+const msgId = (page, body) =>
+  page.$$eval('#message-list .msg', (els, body) => els.find((e) => e.querySelector('.body')?.textContent === body)?.dataset.messageId, body);
+
 // ---- scenarios -----------------------------------------------------------
 
 const scenarios = {
+  /**
+   * PROTOCOL.md §7.3: alice edits and deletes her own messages from the
+   * menu on her bubbles; bob's window shows "edited" and "message deleted"
+   * live, and again after a reload (from history). bob gets no menu on
+   * alice's messages in a direct chat, and the deleted body is gone from
+   * the server's history.
+   */
+  async edit_delete(browser) {
+    const alice = await signIn(browser, 'alice');
+    const bob = await signIn(browser, 'bob');
+    const chat = await createChat(alice, 'direct', ['bob']);
+    await send(alice, 'Meet at the station at 10');
+    await send(alice, 'I paid for all the tikets');
+    await send(alice, 'My card PIN is 4921');
+    await waitBodies(alice, ['My card PIN is 4921']);
+    await settled(alice);
+    await openChat(bob, chat);
+    await waitBodies(bob, ['Meet at the station at 10', 'I paid for all the tikets', 'My card PIN is 4921']);
+    assert.equal(await bob.$$eval('#message-list .msg-menu', (e) => e.length), 0, 'no menu on another user\'s messages');
+
+    // Edit: the menu, "Edit", the composer holds the text; Enter saves.
+    const typo = await msgId(alice, 'I paid for all the tikets');
+    await alice.click(`${bubble(typo)} .msg-menu`);
+    await alice.click(`${bubble(typo)} [data-action="edit"]`);
+    assert.equal(await alice.inputValue('#composer-input'), 'I paid for all the tikets');
+    assert.equal(await visible(alice, '#editing'), true, 'the composer says it edits');
+    await send(alice, 'I paid for all the tickets');
+    await bob.waitForFunction(
+      (sel) => document.querySelector(sel)?.querySelector('.body')?.textContent === 'I paid for all the tickets' && !!document.querySelector(sel)?.querySelector('.edited'),
+      bubble(typo),
+      { timeout: WAIT },
+    );
+    assert.equal(await alice.textContent(`${bubble(typo)} .edited`), 'edited');
+    assert.equal(await visible(alice, '#editing'), false);
+    assert.equal(await bob.$$eval('#message-list .msg', (e) => e.length), 3, 'an edit adds no message');
+
+    // Delete: the menu, "Delete", confirm.
+    const pin = await msgId(alice, 'My card PIN is 4921');
+    await alice.click(`${bubble(pin)} .msg-menu`);
+    await alice.click(`${bubble(pin)} [data-action="delete"]`);
+    await alice.click(`${bubble(pin)} [data-action="delete-yes"]`);
+    for (const p of [alice, bob]) {
+      await p.waitForFunction((sel) => document.querySelector(`${sel} .tombstone`)?.textContent === 'message deleted', bubble(pin), { timeout: WAIT });
+    }
+    assert.equal(await alice.$$eval(`${bubble(pin)} .msg-menu`, (e) => e.length), 0, 'a deleted message has no menu');
+    await waitPreview(bob, chat, 'alice: message deleted');
+    const stored = await history('bob', chat);
+    assert.ok(!JSON.stringify(stored).includes('4921'), 'the deleted body is erased from history');
+
+    // After a reload, from history alone.
+    await bob.reload();
+    await connected(bob);
+    await openChat(bob, chat);
+    await bob.waitForSelector(`${bubble(pin)} .tombstone`, { timeout: WAIT });
+    assert.equal(await bob.textContent(`${bubble(typo)} .body`), 'I paid for all the tickets');
+    assert.equal(await bob.textContent(`${bubble(typo)} .edited`), 'edited');
+    assert.deepEqual(await bodies(bob), ['Meet at the station at 10', 'I paid for all the tickets', 'message deleted']);
+    await shot(bob, 'edit_delete');
+    clean(alice, 'alice');
+    clean(bob, 'bob');
+  },
+
+  /**
+   * PROTOCOL.md §7.1-§7.2: the chat list comes ordered by activity with the
+   * last message as its preview, before any history is fetched; a chat of
+   * 300 messages opens on its newest 50 with one request, and scrolling up
+   * fetches the 50 before them, then 50 more.
+   */
+  async paging(browser) {
+    const N = 300;
+    const withCarol = (await apiCall('alice', 'POST', '/api/chats', { kind: 'direct', members: ['carol'] })).chatId;
+    await control('/send', { user: 'carol', device: 'go-test', chatId: withCarol, bodies: ['Dinner on Friday?'] });
+    const old = new Date(Date.now() - 3 * 86400000).toISOString();
+    await control('/backdate', { chatId: withCarol, times: { 'Dinner on Friday?': old } });
+    const direct = (await apiCall('alice', 'POST', '/api/chats', { kind: 'direct', members: ['bob'] })).chatId;
+    const all = Array.from({ length: N }, (_, i) => `note ${String(i + 1).padStart(3, '0')}`);
+    await control('/send', { user: 'bob', device: 'go-test', chatId: direct, bodies: all });
+    const committed = await history('alice', direct); // sends race: commit order is history's
+    const texts = committed.map((m) => m.body);
+    assert.equal(committed.length, N);
+    // Newest: a group without messages (its creation is its activity).
+    const empty = (await apiCall('alice', 'POST', '/api/chats', { kind: 'group', title: 'Book club', members: ['bob', 'carol'] })).chatId;
+
+    let hist;
+    const alice = await signIn(browser, 'alice', 'demo', (p) => (hist = historyLog(p)));
+    await alice.waitForFunction(() => document.querySelectorAll('.chat-item').length === 3, null, { timeout: WAIT });
+    await waitPreview(alice, withCarol, 'carol: Dinner on Friday?');
+    const order = await alice.$$eval('.chat-item', (els) => els.map((e) => e.dataset.chatId));
+    assert.deepEqual(order, [empty, direct, withCarol], 'ordered by lastActivity, newest first');
+    const preview = (id) => alice.textContent(`${chatItem(id)} .preview`);
+    assert.equal(await preview(direct), `bob: ${texts.at(-1)}`);
+    assert.equal(await preview(withCarol), 'carol: Dinner on Friday?');
+    assert.equal(await preview(empty), 'no messages yet');
+    assert.deepEqual(hist.map(String), [], 'no history is fetched before a chat is opened');
+
+    await openChat(alice, direct);
+    await msgCount(alice, 50);
+    assert.deepEqual(await bodies(alice), texts.slice(-50), 'the newest page');
+    assert.equal(hist.length, 1, `one request opens the chat: ${hist.map(String)}`);
+    assert.equal(hist[0].searchParams.get('before'), 'end');
+
+    await alice.$eval('#messages', (e) => e.scrollTo(0, 0));
+    await msgCount(alice, 100);
+    assert.equal(hist.length, 2);
+    assert.equal(hist[1].searchParams.get('before'), committed[N - 50].messageId, 'the page before the oldest shown');
+    // What the reader looked at stays in view: the list grew above it.
+    assert.ok(await alice.$eval('#messages', (e) => e.scrollTop > 100), 'the scroll position is kept');
+    await alice.$eval('#messages', (e) => e.scrollTo(0, 0));
+    await msgCount(alice, 150);
+    assert.equal(hist.length, 3);
+    assert.deepEqual(await bodies(alice), texts.slice(-150));
+    await assertNoDuplicates(alice, 'alice');
+
+    // A live message moves its chat to the top and becomes its preview.
+    await control('/send', { user: 'carol', device: 'go-test', chatId: withCarol, bodies: ['Or Saturday, 7 pm'] });
+    await waitPreview(alice, withCarol, 'carol: Or Saturday, 7 pm');
+    await alice.waitForFunction((id) => document.querySelector('.chat-item')?.dataset.chatId === id, withCarol, { timeout: WAIT });
+    assert.equal(hist.length, 3, 'a live message fetches no history of a chat not held');
+    clean(alice, 'alice');
+  },
+
   /** Two windows, two users: both directions, unread count, read receipts, a group. */
   async two_users(browser) {
     const alice = await signIn(browser, 'alice');
@@ -525,7 +688,10 @@ const scenarios = {
     await control('/send', { user: 'carol', device: 'go-test', chatId: chat, bodies: all });
 
     const bob = await signIn(browser, 'bob');
-    await bob.waitForSelector(`.chat-item[data-chat-id="${chat}"] .unread[data-unread="${N}"]`, { timeout: WAIT });
+    // bob holds no history before opening the chat: the count is the
+    // server's, which stops at 1000 (PROTOCOL.md §2, history.MaxUnread).
+    await bob.waitForSelector(`.chat-item[data-chat-id="${chat}"] .unread[data-unread="1000"]`, { timeout: WAIT });
+    assert.equal(await bob.textContent(`.chat-item[data-chat-id="${chat}"] .unread`), '1000+');
     await openChat(bob, chat);
     await bob.waitForFunction(() => document.querySelectorAll('#message-list .msg').length === 50, null, { timeout: WAIT });
     assert.equal((await bodies(bob)).length, 50, 'the newest 50 are rendered');
@@ -631,7 +797,7 @@ const scenarios = {
       const chat = document.querySelector('#chat').getBoundingClientRect();
       return {
         items: [...document.querySelectorAll('#member-list .member')].map((m) => m.dataset.member),
-        creator: [...document.querySelectorAll('#member-list .member')].filter((m) => m.textContent.includes('creator')).map((m) => m.dataset.member),
+        admins: [...document.querySelectorAll('#member-list .member')].filter((m) => m.querySelector('.badge.admin')).map((m) => m.dataset.member),
         removable: document.querySelectorAll('#member-list [data-remove]').length,
         height: p.height,
         chatHeight: chat.height,
@@ -639,18 +805,18 @@ const scenarios = {
       };
     });
     assert.equal(panel.items.length, 60, 'every member is listed');
-    assert.equal(panel.items[0], 'alice', 'the creator comes first');
-    assert.deepEqual(panel.creator, ['alice'], 'createdBy is marked');
-    assert.equal(panel.removable, 59, 'the creator may remove everyone else');
+    assert.equal(panel.items[0], 'alice', 'the creator, the first admin, comes first');
+    assert.deepEqual(panel.admins, ['alice'], 'admins are marked (PROTOCOL.md §7.5)');
+    assert.equal(panel.removable, 59, 'an admin may remove everyone else');
     assert.ok(panel.height <= panel.chatHeight * 0.6 + 1, `the list takes at most 60% of the conversation: ${panel.height} of ${panel.chatHeight}`);
     assert.ok(panel.listScrolls, 'a long list scrolls inside the panel');
     assert.deepEqual(await overflowing(alice), []);
     await shot(alice, 'members-open');
 
-    // bob is not the creator: no remove buttons, but he may leave.
+    // bob is not an admin: no remove buttons, but he may leave.
     await openChat(bob, group);
     await openMembers(bob);
-    assert.equal(await bob.$$eval('#member-list [data-remove]', (b) => b.length), 0, 'only the creator removes others');
+    assert.equal(await bob.$$eval('#member-list [data-remove]', (b) => b.length), 0, 'only admins remove others');
     assert.equal(await visible(bob, '#leave'), true);
 
     // The creator removes carol: her chat disappears live; bob's count follows.

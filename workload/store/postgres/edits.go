@@ -101,7 +101,16 @@ func (r *commitRun) readTargets(ctx context.Context, conn *pgxpool.Conn, k *hist
 	if err != nil {
 		return unavailable("commit: targets", err)
 	}
-	k.Admin = func(chatID, user string) bool { return admins[chatID] == user }
+	// Any admin (members.admin_at > 0, PROTOCOL.md §7.5), read in this
+	// transaction; a failed read allows nothing.
+	k.Admin = func(chatID, user string) bool {
+		if _, ok := admins[chatID]; !ok {
+			return false // not a group
+		}
+		var admin bool
+		err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM members WHERE chat_id = $1 AND user_id = $2 AND admin_at > 0)`, chatID, user).Scan(&admin)
+		return err == nil && admin
+	}
 	history.CommittedRefs(k)
 	return nil
 }

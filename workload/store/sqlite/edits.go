@@ -49,9 +49,8 @@ func setKind(m *history.Message, kind int, ref string, editedAt int64, deleted b
 
 // readTargets reads the messages ids names (the targets, and the
 // messages under the batch's keys) into k.Targets, and who may
-// delete any message of their chats into k.Admin: a group's creator, its
-// first admin (PROTOCOL.md §7.5; the admins of migration 0004 plug in
-// here).
+// delete any message of their chats into k.Admin: a group's admins
+// (PROTOCOL.md §7.5).
 func (c *committer) readTargets(ids []string, k *history.Known) error {
 	args := make([]any, len(ids))
 	for i, id := range ids {
@@ -86,7 +85,16 @@ func (c *committer) readTargets(ids []string, k *history.Known) error {
 	if err := rows.Err(); err != nil {
 		return unavailable("commit: targets", err)
 	}
-	k.Admin = func(chatID, user string) bool { return admins[chatID] == user }
+	// Any admin (members.admin_at > 0, PROTOCOL.md §7.5), read in this
+	// write transaction; a failed read allows nothing.
+	k.Admin = func(chatID, user string) bool {
+		if _, ok := admins[chatID]; !ok {
+			return false // not a group
+		}
+		var n int
+		err := c.tx.QueryRowContext(c.ctx, `SELECT count(*) FROM members WHERE chat_id = ? AND user_id = ? AND admin_at > 0`, chatID, user).Scan(&n)
+		return err == nil && n > 0
+	}
 	history.CommittedRefs(k)
 	return nil
 }

@@ -49,7 +49,7 @@ var scenarios = []string{
 	"members", "chat_events", "read_state", "links", "bidi_zalgo", "days_groups", "phone", "readme",
 	"tap_during_render",
 	// issue 23: PROTOCOL.md §7 in the page
-	"paging", "edit_delete",
+	"paging", "edit_delete", "typing_presence", "admins",
 }
 
 // scenarioConfig adjusts the server of a scenario.

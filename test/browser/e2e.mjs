@@ -332,6 +332,105 @@ const msgId = (page, body) =>
 
 const scenarios = {
   /**
+   * PROTOCOL.md §7.4: while bob types, alice reads "bob is typing…" under
+   * the conversation, and it goes 5 s after his last typing frame (at most
+   * one per 2 s). bob's avatar carries an online dot while his window is
+   * open; once it closes, alice's header says when he was last seen.
+   */
+  async typing_presence(browser) {
+    const alice = await signIn(browser, 'alice');
+    const frames = [];
+    const bob = await signIn(browser, 'bob', 'demo', (p) =>
+      p.on('websocket', (ws) => ws.on('framesent', (f) => typeof f.payload === 'string' && f.payload.includes('"typing"') && frames.push(Date.now()))),
+    );
+    const chat = await createChat(alice, 'direct', ['bob']);
+    await send(alice, 'Are you coming?');
+    await openChat(bob, chat);
+    await waitBodies(bob, ['Are you coming?']);
+    await alice.waitForSelector(`${chatItem(chat)} .avatar.online`, { timeout: WAIT });
+    await alice.waitForFunction(() => document.querySelector('#chat-sub').textContent === 'online', null, { timeout: WAIT });
+    assert.equal(await alice.textContent('#typing'), '');
+
+    await bob.click('#composer-input');
+    await bob.keyboard.type('On my way, five minutes', { delay: 100 });
+    await alice.waitForFunction(() => document.querySelector('#typing').textContent === 'bob is typing…', null, { timeout: WAIT });
+    const typed = Date.now();
+    assert.ok(frames.length >= 1 && frames.length <= 2, `typing frames while typing for ~2.3 s: ${frames.length}, want 1-2 (one per 2 s)`);
+    await alice.waitForFunction(() => document.querySelector('#typing').textContent === '', null, { timeout: WAIT });
+    assert.ok(Date.now() - frames.at(-1) >= 4500, `the line went ${Date.now() - frames.at(-1)} ms after the last frame, want 5 s`);
+    assert.ok(Date.now() - typed < 15000);
+    await bob.keyboard.press('Enter');
+    await waitBodies(alice, ['On my way, five minutes']);
+
+    // bob leaves: offline 10 s after his last connection closed (§7.4).
+    await bob.context().close();
+    await alice.waitForFunction(() => document.querySelector('#chat-sub').textContent.startsWith('last seen '), null, { timeout: WAIT });
+    assert.equal(await alice.$$eval(`${chatItem(chat)} .avatar.online`, (e) => e.length), 0, 'no online dot');
+    await shot(alice, 'typing_presence');
+    clean(alice, 'alice');
+  },
+
+  /**
+   * PROTOCOL.md §7.5-§7.6: alice creates a group whose new members read
+   * only what is sent while they are in it, from the form; she makes bob an
+   * admin; bob renames the group and deletes carol's message; carol, not
+   * an admin, gets neither the rename form nor a menu on others' messages.
+   */
+  async admins(browser) {
+    const alice = await signIn(browser, 'alice');
+    const bob = await signIn(browser, 'bob');
+    const carol = await signIn(browser, 'carol');
+    await alice.selectOption('#new-history', 'member');
+    const group = await createChat(alice, 'group', ['bob', 'carol'], 'Trip to Lisbon');
+    const made = await apiCall('alice', 'GET', `/api/chats/${group}`);
+    assert.equal((made.chat || made).history, 'member', 'the form\'s history setting reaches the server');
+    assert.equal(await alice.inputValue('#new-history'), 'shared', 'the form resets');
+    await openMembers(alice);
+    assert.match(await alice.textContent('#history-mode'), /only what was sent while they were in/);
+    assert.equal(await visible(alice, '#rename'), true, 'the creator is an admin: she may rename');
+
+    await openChat(bob, group);
+    await openMembers(bob);
+    assert.equal(await visible(bob, '#rename'), false, 'bob is no admin yet');
+    await alice.click('#member-list [data-make-admin="bob"]');
+    await alice.waitForSelector('#member-list [data-member="bob"] .badge.admin', { timeout: WAIT });
+    await bob.waitForSelector('#member-list [data-member="bob"] .badge.admin', { timeout: WAIT });
+    await bob.waitForSelector('#rename:not([hidden])', { timeout: WAIT });
+    await bob.fill('#rename-input', 'Lisbon, May 12–15');
+    await bob.click('#rename-save');
+    for (const p of [alice, bob, carol]) {
+      await p.waitForFunction(
+        ([sel]) => document.querySelector(sel)?.textContent === 'Lisbon, May 12–15',
+        [`${chatItem(group)} .chat-name`],
+        { timeout: WAIT },
+      );
+    }
+    assert.equal(await alice.textContent('#chat-title'), 'Lisbon, May 12–15');
+
+    await openChat(carol, group);
+    await send(carol, 'Who booked the hotel?');
+    await send(bob, 'I did, near the river.');
+    await waitBodies(carol, ['I did, near the river.']);
+    await settled(carol);
+    assert.equal(await carol.$$eval('#message-list .msg.theirs .msg-menu', (e) => e.length), 0, 'carol is no admin: no menu on others\' messages');
+    await openMembers(carol);
+    assert.equal(await visible(carol, '#rename'), false);
+    assert.equal(await carol.$$eval('#member-list [data-make-admin], #member-list [data-remove]', (e) => e.length), 0);
+
+    await waitBodies(bob, ['Who booked the hotel?']);
+    const hers = await msgId(bob, 'Who booked the hotel?');
+    await bob.click(`${bubble(hers)} .msg-menu`);
+    assert.equal(await bob.$$eval(`${bubble(hers)} [data-action="edit"]`, (e) => e.length), 0, 'an admin deletes, never edits, others\' messages');
+    await bob.click(`${bubble(hers)} [data-action="delete"]`);
+    await bob.click(`${bubble(hers)} [data-action="delete-yes"]`);
+    for (const p of [alice, bob, carol]) {
+      await p.waitForFunction((sel) => document.querySelector(`${sel} .tombstone`), bubble(hers), { timeout: WAIT });
+    }
+    await shot(bob, 'admins');
+    for (const [p, n] of [[alice, 'alice'], [bob, 'bob'], [carol, 'carol']]) clean(p, n);
+  },
+
+  /**
    * PROTOCOL.md §7.3: alice edits and deletes her own messages from the
    * menu on her bubbles; bob's window shows "edited" and "message deleted"
    * live, and again after a reload (from history). bob gets no menu on

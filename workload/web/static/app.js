@@ -634,9 +634,11 @@ function renderHeader(chat) {
   const amAdmin = client.isAdmin(chat.chatId);
   const admin = (u) => client.isAdmin(chat.chatId, u);
   $('rename').hidden = !amAdmin;
-  if (amAdmin && document.activeElement !== $('rename-input') && $('rename-input').dataset.chat !== chat.chatId) {
+  // The field follows the title (a rename by another admin) unless it is being edited.
+  const shownTitle = `${chat.chatId}\n${chat.title || ''}`;
+  if (amAdmin && document.activeElement !== $('rename-input') && $('rename-input').dataset.shown !== shownTitle) {
     $('rename-input').value = chat.title || '';
-    $('rename-input').dataset.chat = chat.chatId;
+    $('rename-input').dataset.shown = shownTitle;
   }
   $('history-mode').textContent =
     chat.history === 'member' ? 'History: members read only what was sent while they were in the group.' : 'History: shared — new members read the earlier messages too.';
@@ -841,6 +843,7 @@ async function createChat(e) {
     const chat = await client.createChat(kind, list, $('new-title').value.trim(), kind === 'group' ? $('new-history').value : '');
     $('new-members').value = '';
     $('new-title').value = '';
+    $('new-history').value = 'shared';
     open(chat.chatId);
   } catch (ex) {
     err.textContent = ex.message;

@@ -1394,6 +1394,17 @@ const scenarios = {
     await send(alice, 'Shall we ship today?');
     await openChat(bob, group);
     await send(bob, 'Yes. Release notes are in the doc.');
+    await waitBodies(bob, ['Yes. Release notes are in the doc.']);
+    await settled(bob);
+    // bob fixes his message from its menu; alice, an admin, deletes one of emil's (§7.3, §7.5).
+    const notes = await msgId(bob, 'Yes. Release notes are in the doc.');
+    await bob.click(`${bubble(notes)} .msg-menu`);
+    await bob.click(`${bubble(notes)} [data-action="edit"]`);
+    await send(bob, 'Yes. Release notes are in the shared doc, section 3.');
+    await control('/send', { user: 'emil', device: 'go-test', chatId: group, bodies: ['Posting the staging password here…'] });
+    const slip = (await history('alice', group)).find((m) => m.body === 'Posting the staging password here…');
+    await apiCall('alice', 'DELETE', `/api/chats/${group}/messages/${slip.messageId}`); // an admin deletes it
+    await apiCall('alice', 'POST', `/api/chats/${group}/admins`, { userId: 'hiro' });
     await control('/send', { user: 'farah', device: 'go-test', chatId: group, bodies: ['مرحبا بالجميع، إصدار جديد!'] });
     await control('/send', { user: 'hiro', device: 'go-test', chatId: group, bodies: ['I will post the announcement 📣'] });
     const direct = await createChat(bob, 'direct', ['alice']);
@@ -1406,7 +1417,15 @@ const scenarios = {
     await alice.fill('#composer-input', 'Ship it ✅');
     await alice.waitForSelector(`${chatItem(direct)} .unread`, { timeout: WAIT });
     await alice.waitForSelector('#message-list .receipt', { timeout: WAIT });
-    await alice.setViewportSize({ width: 1100, height: 640 });
+    await alice.waitForSelector('#message-list .edited', { timeout: WAIT });
+    await alice.waitForSelector('#message-list .tombstone', { timeout: WAIT });
+    await alice.waitForSelector(`${chatItem(direct)} .avatar.online`, { timeout: WAIT });
+    await alice.setViewportSize({ width: 1280, height: 720 });
+    // bob starts typing: alice's line under the conversation says so.
+    await openChat(bob, group);
+    await bob.click('#composer-input');
+    await bob.keyboard.type('On it, checking the store page', { delay: 80 }); // 2.4 s: past the server's 2 s throttle
+    await alice.waitForFunction(() => document.querySelector('#typing').textContent === 'bob is typing…', null, { timeout: WAIT });
     assert.deepEqual(await overflowing(alice), []);
     await docsShot(alice, 'web');
     await openMembers(alice);

@@ -901,6 +901,7 @@ export class Client extends EventTarget {
 
   /** send queues body for chatId and returns the pending message. */
   send(chatId, body) {
+    this.typingSent.delete(chatId); // receivers stop showing "typing" at a message: the next keystroke tells them again
     const o = { chatId, correlationId: `web-${crypto.randomUUID()}`, body };
     this.outbox.push(o);
     this.saveOutbox();

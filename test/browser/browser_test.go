@@ -48,6 +48,8 @@ var scenarios = []string{
 	// issue 14: the page at real sizes, read state, membership, chat events
 	"members", "chat_events", "read_state", "links", "bidi_zalgo", "days_groups", "phone", "readme",
 	"tap_during_render",
+	// issue 23: PROTOCOL.md §7 in the page
+	"paging", "edit_delete", "typing_presence", "admins",
 }
 
 // scenarioConfig adjusts the server of a scenario.

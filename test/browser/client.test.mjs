@@ -64,6 +64,7 @@ test('the cursor moves only with history pages, never with live frames', async (
   pages.set('c1', [{ messages: [msg('m1'), msg('m2')], hasMore: false }]);
   const c = connected();
   await flush();
+  await c.loadLatest('c1');
   assert.equal(c.log('c1').cursor, 'm2');
 
   // m4 arrives live before m3 (a redelivery, or the fast path after a shed).
@@ -82,18 +83,128 @@ test('the cursor moves only with history pages, never with live frames', async (
   c.stop();
 });
 
-test('history is paged with limit=500 while hasMore', async () => {
+test('hello fetches no history; a chat opens with one before=end request; older pages go in front', async () => {
+  const c = connected();
+  await flush();
+  assert.deepEqual(requests.filter((u) => u.pathname.endsWith('/messages')), [], 'no history before a chat is opened');
   pages.set('c1', [
-    { messages: [msg('m1'), msg('m2')], hasMore: true },
+    { messages: [msg('m3'), msg('m4')], hasMore: true },
+    { messages: [msg('m1'), msg('m2')], hasMore: false },
+  ]);
+  await c.loadLatest('c1');
+  await c.loadLatest('c1'); // held: no second request
+  let hist = requests.filter((u) => u.pathname.endsWith('/messages'));
+  assert.deepEqual(hist.map((u) => [u.searchParams.get('before'), u.searchParams.get('limit')]), [['end', '50']]);
+  assert.equal(c.hasOlder('c1'), true);
+  c.onFrame({ type: 'message', ...msg('m5') }); // live, after the page
+  assert.equal(await c.loadOlder('c1'), false);
+  hist = requests.filter((u) => u.pathname.endsWith('/messages'));
+  assert.equal(hist.at(-1).searchParams.get('before'), 'm3');
+  assert.deepEqual(c.messages('c1').map((m) => m.messageId), ['m1', 'm2', 'm3', 'm4', 'm5']);
+  assert.equal(c.hasOlder('c1'), false);
+  assert.equal(await c.loadOlder('c1'), false);
+  assert.equal(requests.filter((u) => u.pathname.endsWith('/messages')).length, 2, 'nothing older: no request');
+  c.stop();
+});
+
+test('catch-ups of a held chat page forward with limit=500 while hasMore', async () => {
+  pages.set('c1', [
+    { messages: [msg('m1'), msg('m2')], hasMore: false },
     { messages: [msg('m3')], hasMore: true },
     { messages: [msg('m4')], hasMore: false },
   ]);
   const c = connected();
   await flush();
-  const hist = requests.filter((u) => u.pathname.endsWith('/messages'));
-  assert.deepEqual(hist.map((u) => u.searchParams.get('since')), [null, 'm2', 'm3']);
+  await c.loadLatest('c1');
+  await c.syncChat('c1', c.gen);
+  const hist = requests.filter((u) => u.pathname.endsWith('/messages')).slice(1);
+  assert.deepEqual(hist.map((u) => u.searchParams.get('since')), ['m2', 'm3']);
   assert.ok(hist.every((u) => u.searchParams.get('limit') === '500'));
   assert.equal(c.messages('c1').length, 4);
+  c.stop();
+});
+
+test('the chat list follows nextCursor', async () => {
+  const base = globalThis.fetch;
+  globalThis.fetch = async (url, opts) => {
+    const u = new URL(url, 'http://tetra.test/');
+    if (u.pathname !== '/api/chats') return base(url, opts);
+    requests.push(u);
+    const body = u.searchParams.get('cursor') === 'k1'
+      ? { chats: [{ chatId: 'c2', kind: 'direct', members: ['alice', 'carol'] }] }
+      : { chats: [{ chatId: 'c1', kind: 'direct', members: ['alice', 'bob'] }], nextCursor: 'k1' };
+    return { ok: true, status: 200, json: async () => body };
+  };
+  const c = connected();
+  await flush();
+  assert.deepEqual([...c.chats.keys()], ['c1', 'c2']);
+  c.stop();
+});
+
+test('edits and deletes change their original, in history and live, and are not messages', async () => {
+  pages.set('c1', [
+    {
+      messages: [
+        msg('m1', 'new text', { editedAt: '2026-01-01T00:01:00Z' }),
+        { messageId: 'm2', chatId: 'c1', senderId: 'bob', body: '', deleted: true, sentAt: '2026-01-01T00:00:00Z' },
+        msg('m3', 'new text', { edits: 'm1' }),
+        msg('m4', '', { deletes: 'm2' }),
+        msg('m5', 'plain'),
+      ],
+      hasMore: false,
+    },
+  ]);
+  const c = connected();
+  await flush();
+  await c.loadLatest('c1');
+  assert.deepEqual(c.messages('c1').map((m) => [m.messageId, m.body, !!m.editedAt, !!m.deleted]), [
+    ['m1', 'new text', true, false],
+    ['m2', '', false, true],
+    ['m5', 'plain', false, false],
+  ]);
+  c.onFrame({ type: 'message', ...msg('m6', 'plain, fixed', { edits: 'm5', sentAt: '2026-01-01T00:02:00Z' }) });
+  assert.equal(c.messages('c1').at(-1).body, 'plain, fixed');
+  assert.equal(c.messages('c1').at(-1).editedAt, '2026-01-01T00:02:00Z');
+  c.onFrame({ type: 'message', ...msg('m7', '', { deletes: 'm5' }) });
+  assert.equal(c.messages('c1').at(-1).deleted, true);
+  assert.equal(c.messages('c1').at(-1).body, '');
+  c.onFrame({ type: 'message', ...msg('m8', 'too late', { edits: 'm5' }) }); // a deleted message stays deleted
+  assert.equal(c.messages('c1').at(-1).body, '');
+  assert.equal(c.messages('c1').length, 3);
+  c.stop();
+});
+
+test('an own edit is a send with edits, resent until accepted', async () => {
+  pages.set('c1', [{ messages: [msg('m1', 'teh plan', { senderId: 'alice' })], hasMore: false }]);
+  const c = connected();
+  await flush();
+  await c.loadLatest('c1');
+  c.edit('c1', 'm1', 'the plan');
+  assert.equal(c.messages('c1')[0].body, 'the plan');
+  const f = sent.find((x) => x.type === 'send');
+  assert.equal(f.edits, 'm1');
+  assert.equal(f.body, 'the plan');
+  assert.equal(c.messages('c1').length, 1, 'an edit adds no message');
+  c.onFrame({ type: 'accepted', chatId: 'c1', correlationId: f.correlationId, messageId: 'm2' });
+  assert.equal(c.outbox.length, 0);
+  c.stop();
+});
+
+test('typing: at most one frame every 2 s; shown for 5 s after the last one', async () => {
+  const c = connected();
+  await flush();
+  c.typing('c1');
+  c.typing('c1');
+  assert.deepEqual(sent.filter((f) => f.type === 'typing'), [{ type: 'typing', chatId: 'c1' }]);
+  c.onFrame({ type: 'typing', chatId: 'c1', userId: 'bob' });
+  c.onFrame({ type: 'typing', chatId: 'c1', userId: 'alice' }); // own: not shown
+  assert.deepEqual(c.typingIn('c1'), ['bob']);
+  assert.deepEqual(c.typingIn('c1', Date.now() + 5100), []);
+  c.onFrame({ type: 'typing', chatId: 'c1', userId: 'bob' });
+  c.onFrame({ type: 'message', ...msg('m9') }); // bob sent: he types no more
+  assert.deepEqual(c.typingIn('c1'), []);
+  c.onFrame({ type: 'presence', userId: 'bob', online: false, lastSeen: '2026-01-01T10:00:00Z' });
+  assert.deepEqual(c.presence.get('bob'), { online: false, lastSeen: '2026-01-01T10:00:00Z' });
   c.stop();
 });
 
@@ -257,6 +368,8 @@ test('read markers come with the listing, move forward only, and unread counts f
   pages.set('c1', [{ messages: [msg('m1'), msg('m2'), msg('m3'), msg('m4')], hasMore: false }]);
   const c = connected();
   await flush();
+  assert.equal(c.unread('c1'), 2, 'the server\'s count before the chat is opened');
+  await c.loadLatest('c1');
   assert.equal(c.unread('c1'), 2, 'm3 and m4 come after alice\'s marker');
   assert.equal(c.reads('c1').get('bob'), 'm1');
 

@@ -286,9 +286,271 @@ async function history(user, chatId) {
   }
 }
 
+/** apiCall calls the HTTP API as user and returns the decoded answer. */
+async function apiCall(user, method, path, body) {
+  const token = await demoToken(user);
+  const res = await fetch(`${BASE}${path}`, {
+    method,
+    headers: { Authorization: `Bearer ${token}`, ...(body ? { 'Content-Type': 'application/json' } : {}) },
+    body: body ? JSON.stringify(body) : undefined,
+  });
+  const text = await res.text();
+  assert.ok(res.ok, `${method} ${path}: ${res.status} ${text}`);
+  return JSON.parse(text);
+}
+
+/** historyLog records the page's history requests (GET .../messages) with their query. */
+function historyLog(page) {
+  const log = [];
+  page.on('request', (r) => {
+    const u = new URL(r.url());
+    if (/^\/api\/chats\/[^/]+\/messages$/.test(u.pathname) && r.method() === 'GET') log.push(u);
+  });
+  return log;
+}
+
+/** waitPreview waits until chatId's entry in the chat list previews text. */
+const waitPreview = (page, chatId, text) =>
+  page.waitForFunction(
+    ([sel, text]) => document.querySelector(sel)?.textContent === text,
+    [`${chatItem(chatId)} .preview`, text],
+    { timeout: WAIT },
+  );
+
+/** msgCount waits until the open chat renders exactly n messages. */
+const msgCount = (page, n) =>
+  page.waitForFunction((n) => document.querySelectorAll('#message-list .msg').length === n, n, { timeout: WAIT });
+
+/** bubble is the selector of a rendered message by its body text's message id. */
+const bubble = (id) => `#message-list .msg[data-message-id="${id}"]`;
+
+/** msgId returns the messageId of the rendered message with this body. */
+const msgId = (page, body) =>
+  page.$$eval('#message-list .msg', (els, body) => els.find((e) => e.querySelector('.body')?.textContent === body)?.dataset.messageId, body);
+
 // ---- scenarios -----------------------------------------------------------
 
 const scenarios = {
+  /**
+   * PROTOCOL.md §7.4: while bob types, alice reads "bob is typing…" under
+   * the conversation, and it goes 5 s after his last typing frame (at most
+   * one per 2 s). bob's avatar carries an online dot while his window is
+   * open; once it closes, alice's header says when he was last seen.
+   */
+  async typing_presence(browser) {
+    const alice = await signIn(browser, 'alice');
+    const frames = [];
+    const bob = await signIn(browser, 'bob', 'demo', (p) =>
+      p.on('websocket', (ws) => ws.on('framesent', (f) => typeof f.payload === 'string' && f.payload.includes('"typing"') && frames.push(Date.now()))),
+    );
+    const chat = await createChat(alice, 'direct', ['bob']);
+    await send(alice, 'Are you coming?');
+    await openChat(bob, chat);
+    await waitBodies(bob, ['Are you coming?']);
+    await alice.waitForSelector(`${chatItem(chat)} .avatar.online`, { timeout: WAIT });
+    await alice.waitForFunction(() => document.querySelector('#chat-sub').textContent === 'online', null, { timeout: WAIT });
+    assert.equal(await alice.textContent('#typing'), '');
+
+    await bob.click('#composer-input');
+    await bob.keyboard.type('On my way, five minutes', { delay: 100 });
+    await alice.waitForFunction(() => document.querySelector('#typing').textContent === 'bob is typing…', null, { timeout: WAIT });
+    const typed = Date.now();
+    assert.ok(frames.length >= 1 && frames.length <= 2, `typing frames while typing for ~2.3 s: ${frames.length}, want 1-2 (one per 2 s)`);
+    await alice.waitForFunction(() => document.querySelector('#typing').textContent === '', null, { timeout: WAIT });
+    assert.ok(Date.now() - frames.at(-1) >= 4500, `the line went ${Date.now() - frames.at(-1)} ms after the last frame, want 5 s`);
+    assert.ok(Date.now() - typed < 15000);
+    await bob.keyboard.press('Enter');
+    await waitBodies(alice, ['On my way, five minutes']);
+
+    // bob leaves: offline 10 s after his last connection closed (§7.4).
+    await bob.context().close();
+    await alice.waitForFunction(() => document.querySelector('#chat-sub').textContent.startsWith('last seen '), null, { timeout: WAIT });
+    assert.equal(await alice.$$eval(`${chatItem(chat)} .avatar.online`, (e) => e.length), 0, 'no online dot');
+    await shot(alice, 'typing_presence');
+    clean(alice, 'alice');
+  },
+
+  /**
+   * PROTOCOL.md §7.5-§7.6: alice creates a group whose new members read
+   * only what is sent while they are in it, from the form; she makes bob an
+   * admin; bob renames the group and deletes carol's message; carol, not
+   * an admin, gets neither the rename form nor a menu on others' messages.
+   */
+  async admins(browser) {
+    const alice = await signIn(browser, 'alice');
+    const bob = await signIn(browser, 'bob');
+    const carol = await signIn(browser, 'carol');
+    await alice.selectOption('#new-history', 'member');
+    const group = await createChat(alice, 'group', ['bob', 'carol'], 'Trip to Lisbon');
+    const made = await apiCall('alice', 'GET', `/api/chats/${group}`);
+    assert.equal((made.chat || made).history, 'member', 'the form\'s history setting reaches the server');
+    assert.equal(await alice.inputValue('#new-history'), 'shared', 'the form resets');
+    await openMembers(alice);
+    assert.match(await alice.textContent('#history-mode'), /only what was sent while they were in/);
+    assert.equal(await visible(alice, '#rename'), true, 'the creator is an admin: she may rename');
+
+    await openChat(bob, group);
+    await openMembers(bob);
+    assert.equal(await visible(bob, '#rename'), false, 'bob is no admin yet');
+    await alice.click('#member-list [data-make-admin="bob"]');
+    await alice.waitForSelector('#member-list [data-member="bob"] .badge.admin', { timeout: WAIT });
+    await bob.waitForSelector('#member-list [data-member="bob"] .badge.admin', { timeout: WAIT });
+    await bob.waitForSelector('#rename:not([hidden])', { timeout: WAIT });
+    await bob.fill('#rename-input', 'Lisbon, May 12–15');
+    await bob.click('#rename-save');
+    for (const p of [alice, bob, carol]) {
+      await p.waitForFunction(
+        ([sel]) => document.querySelector(sel)?.textContent === 'Lisbon, May 12–15',
+        [`${chatItem(group)} .chat-name`],
+        { timeout: WAIT },
+      );
+    }
+    assert.equal(await alice.textContent('#chat-title'), 'Lisbon, May 12–15');
+
+    await openChat(carol, group);
+    await send(carol, 'Who booked the hotel?');
+    await send(bob, 'I did, near the river.');
+    await waitBodies(carol, ['I did, near the river.']);
+    await settled(carol);
+    assert.equal(await carol.$$eval('#message-list .msg.theirs .msg-menu', (e) => e.length), 0, 'carol is no admin: no menu on others\' messages');
+    await openMembers(carol);
+    assert.equal(await visible(carol, '#rename'), false);
+    assert.equal(await carol.$$eval('#member-list [data-make-admin], #member-list [data-remove]', (e) => e.length), 0);
+
+    await waitBodies(bob, ['Who booked the hotel?']);
+    const hers = await msgId(bob, 'Who booked the hotel?');
+    await bob.click(`${bubble(hers)} .msg-menu`);
+    assert.equal(await bob.$$eval(`${bubble(hers)} [data-action="edit"]`, (e) => e.length), 0, 'an admin deletes, never edits, others\' messages');
+    await bob.click(`${bubble(hers)} [data-action="delete"]`);
+    await bob.click(`${bubble(hers)} [data-action="delete-yes"]`);
+    for (const p of [alice, bob, carol]) {
+      await p.waitForFunction((sel) => document.querySelector(`${sel} .tombstone`), bubble(hers), { timeout: WAIT });
+    }
+    await shot(bob, 'admins');
+    for (const [p, n] of [[alice, 'alice'], [bob, 'bob'], [carol, 'carol']]) clean(p, n);
+  },
+
+  /**
+   * PROTOCOL.md §7.3: alice edits and deletes her own messages from the
+   * menu on her bubbles; bob's window shows "edited" and "message deleted"
+   * live, and again after a reload (from history). bob gets no menu on
+   * alice's messages in a direct chat, and the deleted body is gone from
+   * the server's history.
+   */
+  async edit_delete(browser) {
+    const alice = await signIn(browser, 'alice');
+    const bob = await signIn(browser, 'bob');
+    const chat = await createChat(alice, 'direct', ['bob']);
+    await send(alice, 'Meet at the station at 10');
+    await send(alice, 'I paid for all the tikets');
+    await send(alice, 'My card PIN is 4921');
+    await waitBodies(alice, ['My card PIN is 4921']);
+    await settled(alice);
+    await openChat(bob, chat);
+    await waitBodies(bob, ['Meet at the station at 10', 'I paid for all the tikets', 'My card PIN is 4921']);
+    assert.equal(await bob.$$eval('#message-list .msg-menu', (e) => e.length), 0, 'no menu on another user\'s messages');
+
+    // Edit: the menu, "Edit", the composer holds the text; Enter saves.
+    const typo = await msgId(alice, 'I paid for all the tikets');
+    await alice.click(`${bubble(typo)} .msg-menu`);
+    await alice.click(`${bubble(typo)} [data-action="edit"]`);
+    assert.equal(await alice.inputValue('#composer-input'), 'I paid for all the tikets');
+    assert.equal(await visible(alice, '#editing'), true, 'the composer says it edits');
+    await send(alice, 'I paid for all the tickets');
+    await bob.waitForFunction(
+      (sel) => document.querySelector(sel)?.querySelector('.body')?.textContent === 'I paid for all the tickets' && !!document.querySelector(sel)?.querySelector('.edited'),
+      bubble(typo),
+      { timeout: WAIT },
+    );
+    assert.equal(await alice.textContent(`${bubble(typo)} .edited`), 'edited');
+    assert.equal(await visible(alice, '#editing'), false);
+    assert.equal(await bob.$$eval('#message-list .msg', (e) => e.length), 3, 'an edit adds no message');
+
+    // Delete: the menu, "Delete", confirm.
+    const pin = await msgId(alice, 'My card PIN is 4921');
+    await alice.click(`${bubble(pin)} .msg-menu`);
+    await alice.click(`${bubble(pin)} [data-action="delete"]`);
+    await alice.click(`${bubble(pin)} [data-action="delete-yes"]`);
+    for (const p of [alice, bob]) {
+      await p.waitForFunction((sel) => document.querySelector(`${sel} .tombstone`)?.textContent === 'message deleted', bubble(pin), { timeout: WAIT });
+    }
+    assert.equal(await alice.$$eval(`${bubble(pin)} .msg-menu`, (e) => e.length), 0, 'a deleted message has no menu');
+    await waitPreview(bob, chat, 'alice: message deleted');
+    const stored = await history('bob', chat);
+    assert.ok(!JSON.stringify(stored).includes('4921'), 'the deleted body is erased from history');
+
+    // After a reload, from history alone.
+    await bob.reload();
+    await connected(bob);
+    await openChat(bob, chat);
+    await bob.waitForSelector(`${bubble(pin)} .tombstone`, { timeout: WAIT });
+    assert.equal(await bob.textContent(`${bubble(typo)} .body`), 'I paid for all the tickets');
+    assert.equal(await bob.textContent(`${bubble(typo)} .edited`), 'edited');
+    assert.deepEqual(await bodies(bob), ['Meet at the station at 10', 'I paid for all the tickets', 'message deleted']);
+    await shot(bob, 'edit_delete');
+    clean(alice, 'alice');
+    clean(bob, 'bob');
+  },
+
+  /**
+   * PROTOCOL.md §7.1-§7.2: the chat list comes ordered by activity with the
+   * last message as its preview, before any history is fetched; a chat of
+   * 300 messages opens on its newest 50 with one request, and scrolling up
+   * fetches the 50 before them, then 50 more.
+   */
+  async paging(browser) {
+    const N = 300;
+    const withCarol = (await apiCall('alice', 'POST', '/api/chats', { kind: 'direct', members: ['carol'] })).chatId;
+    await control('/send', { user: 'carol', device: 'go-test', chatId: withCarol, bodies: ['Dinner on Friday?'] });
+    const old = new Date(Date.now() - 3 * 86400000).toISOString();
+    await control('/backdate', { chatId: withCarol, times: { 'Dinner on Friday?': old } });
+    const direct = (await apiCall('alice', 'POST', '/api/chats', { kind: 'direct', members: ['bob'] })).chatId;
+    const all = Array.from({ length: N }, (_, i) => `note ${String(i + 1).padStart(3, '0')}`);
+    await control('/send', { user: 'bob', device: 'go-test', chatId: direct, bodies: all });
+    const committed = await history('alice', direct); // sends race: commit order is history's
+    const texts = committed.map((m) => m.body);
+    assert.equal(committed.length, N);
+    // Newest: a group without messages (its creation is its activity).
+    const empty = (await apiCall('alice', 'POST', '/api/chats', { kind: 'group', title: 'Book club', members: ['bob', 'carol'] })).chatId;
+
+    let hist;
+    const alice = await signIn(browser, 'alice', 'demo', (p) => (hist = historyLog(p)));
+    await alice.waitForFunction(() => document.querySelectorAll('.chat-item').length === 3, null, { timeout: WAIT });
+    await waitPreview(alice, withCarol, 'carol: Dinner on Friday?');
+    const order = await alice.$$eval('.chat-item', (els) => els.map((e) => e.dataset.chatId));
+    assert.deepEqual(order, [empty, direct, withCarol], 'ordered by lastActivity, newest first');
+    const preview = (id) => alice.textContent(`${chatItem(id)} .preview`);
+    assert.equal(await preview(direct), `bob: ${texts.at(-1)}`);
+    assert.equal(await preview(withCarol), 'carol: Dinner on Friday?');
+    assert.equal(await preview(empty), 'no messages yet');
+    assert.deepEqual(hist.map(String), [], 'no history is fetched before a chat is opened');
+
+    await openChat(alice, direct);
+    await msgCount(alice, 50);
+    assert.deepEqual(await bodies(alice), texts.slice(-50), 'the newest page');
+    assert.equal(hist.length, 1, `one request opens the chat: ${hist.map(String)}`);
+    assert.equal(hist[0].searchParams.get('before'), 'end');
+
+    await alice.$eval('#messages', (e) => e.scrollTo(0, 0));
+    await msgCount(alice, 100);
+    assert.equal(hist.length, 2);
+    assert.equal(hist[1].searchParams.get('before'), committed[N - 50].messageId, 'the page before the oldest shown');
+    // What the reader looked at stays in view: the list grew above it.
+    assert.ok(await alice.$eval('#messages', (e) => e.scrollTop > 100), 'the scroll position is kept');
+    await alice.$eval('#messages', (e) => e.scrollTo(0, 0));
+    await msgCount(alice, 150);
+    assert.equal(hist.length, 3);
+    assert.deepEqual(await bodies(alice), texts.slice(-150));
+    await assertNoDuplicates(alice, 'alice');
+
+    // A live message moves its chat to the top and becomes its preview.
+    await control('/send', { user: 'carol', device: 'go-test', chatId: withCarol, bodies: ['Or Saturday, 7 pm'] });
+    await waitPreview(alice, withCarol, 'carol: Or Saturday, 7 pm');
+    await alice.waitForFunction((id) => document.querySelector('.chat-item')?.dataset.chatId === id, withCarol, { timeout: WAIT });
+    assert.equal(hist.length, 3, 'a live message fetches no history of a chat not held');
+    clean(alice, 'alice');
+  },
+
   /** Two windows, two users: both directions, unread count, read receipts, a group. */
   async two_users(browser) {
     const alice = await signIn(browser, 'alice');
@@ -525,7 +787,10 @@ const scenarios = {
     await control('/send', { user: 'carol', device: 'go-test', chatId: chat, bodies: all });
 
     const bob = await signIn(browser, 'bob');
-    await bob.waitForSelector(`.chat-item[data-chat-id="${chat}"] .unread[data-unread="${N}"]`, { timeout: WAIT });
+    // bob holds no history before opening the chat: the count is the
+    // server's, which stops at 1000 (PROTOCOL.md §2, history.MaxUnread).
+    await bob.waitForSelector(`.chat-item[data-chat-id="${chat}"] .unread[data-unread="1000"]`, { timeout: WAIT });
+    assert.equal(await bob.textContent(`.chat-item[data-chat-id="${chat}"] .unread`), '1000+');
     await openChat(bob, chat);
     await bob.waitForFunction(() => document.querySelectorAll('#message-list .msg').length === 50, null, { timeout: WAIT });
     assert.equal((await bodies(bob)).length, 50, 'the newest 50 are rendered');
@@ -631,7 +896,7 @@ const scenarios = {
       const chat = document.querySelector('#chat').getBoundingClientRect();
       return {
         items: [...document.querySelectorAll('#member-list .member')].map((m) => m.dataset.member),
-        creator: [...document.querySelectorAll('#member-list .member')].filter((m) => m.textContent.includes('creator')).map((m) => m.dataset.member),
+        admins: [...document.querySelectorAll('#member-list .member')].filter((m) => m.querySelector('.badge.admin')).map((m) => m.dataset.member),
         removable: document.querySelectorAll('#member-list [data-remove]').length,
         height: p.height,
         chatHeight: chat.height,
@@ -639,18 +904,18 @@ const scenarios = {
       };
     });
     assert.equal(panel.items.length, 60, 'every member is listed');
-    assert.equal(panel.items[0], 'alice', 'the creator comes first');
-    assert.deepEqual(panel.creator, ['alice'], 'createdBy is marked');
-    assert.equal(panel.removable, 59, 'the creator may remove everyone else');
+    assert.equal(panel.items[0], 'alice', 'the creator, the first admin, comes first');
+    assert.deepEqual(panel.admins, ['alice'], 'admins are marked (PROTOCOL.md §7.5)');
+    assert.equal(panel.removable, 59, 'an admin may remove everyone else');
     assert.ok(panel.height <= panel.chatHeight * 0.6 + 1, `the list takes at most 60% of the conversation: ${panel.height} of ${panel.chatHeight}`);
     assert.ok(panel.listScrolls, 'a long list scrolls inside the panel');
     assert.deepEqual(await overflowing(alice), []);
     await shot(alice, 'members-open');
 
-    // bob is not the creator: no remove buttons, but he may leave.
+    // bob is not an admin: no remove buttons, but he may leave.
     await openChat(bob, group);
     await openMembers(bob);
-    assert.equal(await bob.$$eval('#member-list [data-remove]', (b) => b.length), 0, 'only the creator removes others');
+    assert.equal(await bob.$$eval('#member-list [data-remove]', (b) => b.length), 0, 'only admins remove others');
     assert.equal(await visible(bob, '#leave'), true);
 
     // The creator removes carol: her chat disappears live; bob's count follows.
@@ -1129,6 +1394,17 @@ const scenarios = {
     await send(alice, 'Shall we ship today?');
     await openChat(bob, group);
     await send(bob, 'Yes. Release notes are in the doc.');
+    await waitBodies(bob, ['Yes. Release notes are in the doc.']);
+    await settled(bob);
+    // bob fixes his message from its menu; alice, an admin, deletes one of emil's (§7.3, §7.5).
+    const notes = await msgId(bob, 'Yes. Release notes are in the doc.');
+    await bob.click(`${bubble(notes)} .msg-menu`);
+    await bob.click(`${bubble(notes)} [data-action="edit"]`);
+    await send(bob, 'Yes. Release notes are in the shared doc, section 3.');
+    await control('/send', { user: 'emil', device: 'go-test', chatId: group, bodies: ['Posting the staging password here…'] });
+    const slip = (await history('alice', group)).find((m) => m.body === 'Posting the staging password here…');
+    await apiCall('alice', 'DELETE', `/api/chats/${group}/messages/${slip.messageId}`); // an admin deletes it
+    await apiCall('alice', 'POST', `/api/chats/${group}/admins`, { userId: 'hiro' });
     await control('/send', { user: 'farah', device: 'go-test', chatId: group, bodies: ['مرحبا بالجميع، إصدار جديد!'] });
     await control('/send', { user: 'hiro', device: 'go-test', chatId: group, bodies: ['I will post the announcement 📣'] });
     const direct = await createChat(bob, 'direct', ['alice']);
@@ -1141,7 +1417,15 @@ const scenarios = {
     await alice.fill('#composer-input', 'Ship it ✅');
     await alice.waitForSelector(`${chatItem(direct)} .unread`, { timeout: WAIT });
     await alice.waitForSelector('#message-list .receipt', { timeout: WAIT });
-    await alice.setViewportSize({ width: 1100, height: 640 });
+    await alice.waitForSelector('#message-list .edited', { timeout: WAIT });
+    await alice.waitForSelector('#message-list .tombstone', { timeout: WAIT });
+    await alice.waitForSelector(`${chatItem(direct)} .avatar.online`, { timeout: WAIT });
+    await alice.setViewportSize({ width: 1280, height: 720 });
+    // bob starts typing: alice's line under the conversation says so.
+    await openChat(bob, group);
+    await bob.click('#composer-input');
+    await bob.keyboard.type('On it, checking the store page', { delay: 80 }); // 2.4 s: past the server's 2 s throttle
+    await alice.waitForFunction(() => document.querySelector('#typing').textContent === 'bob is typing…', null, { timeout: WAIT });
     assert.deepEqual(await overflowing(alice), []);
     await docsShot(alice, 'web');
     await openMembers(alice);

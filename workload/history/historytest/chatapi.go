@@ -16,6 +16,7 @@ var chatAPITests = []struct {
 	fn   func(t *testing.T, s history.Store)
 }{
 	{"PageBefore", testPageBefore},
+	{"PagesCarryEdits", testPagesCarryEdits},
 	{"PageQueryErrors", testPageQueryErrors},
 	{"ChatListOrder", testChatListOrder},
 	{"ChatListPaging", testChatListPaging},
@@ -47,6 +48,39 @@ func commitN(t testing.TB, s history.Store, chatID, sender string, n int) []stri
 		out = append(out, r.Message.ID)
 	}
 	return out
+}
+
+// testPagesCarryEdits: both page directions of Messages carry an edit's
+// Edits, a delete's Deletes, an edited original's EditedAt and a deleted
+// one's Deleted (PROTOCOL.md §7.3), as a client rebuilds its view from them.
+func testPagesCarryEdits(t *testing.T, s history.Store) {
+	g := mustGroup(t, s, "alice", "g", "bob")
+	a := MustCommit(t, s, Draft(g.ID, "alice", "p1", "teh plan"))[0].Message
+	b := MustCommit(t, s, Draft(g.ID, "alice", "p2", "a secret"))[0].Message
+	e := MustCommit(t, s, EditDraft(g.ID, "alice", "p3", a.ID, "the plan"))[0].Message
+	d := MustCommit(t, s, DeleteDraft(g.ID, "alice", "p4", b.ID))[0].Message
+	for _, q := range []history.PageQuery{
+		{ChatID: g.ID, User: "bob", Before: history.PageEnd, Limit: 10},
+		{ChatID: g.ID, User: "bob", Limit: 10},
+	} {
+		got, _ := messages(t, s, q)
+		byID := map[string]history.Message{}
+		for _, m := range got {
+			byID[m.ID] = m
+		}
+		if m := byID[a.ID]; m.Body != "the plan" || !m.EditedAt.Equal(e.SentAt) {
+			t.Errorf("%+v: edited original = %+v, want the new body and EditedAt %v", q, m, e.SentAt)
+		}
+		if m := byID[b.ID]; !m.Deleted || m.Body != "" {
+			t.Errorf("%+v: deleted original = %+v, want a tombstone", q, m)
+		}
+		if m := byID[e.ID]; m.Edits != a.ID {
+			t.Errorf("%+v: the edit = %+v, want Edits %s", q, m, a.ID)
+		}
+		if m := byID[d.ID]; m.Deletes != b.ID {
+			t.Errorf("%+v: the delete = %+v, want Deletes %s", q, m, b.ID)
+		}
+	}
 }
 
 // testPageBefore: before=end is the newest page, oldest first; paging

@@ -257,6 +257,14 @@ func testDeleteRules(t *testing.T, s history.Store) {
 	if m := mustPageOne(t, s, g.ID, byBob.ID); !m.Deleted || m.Body != "" {
 		t.Errorf("after the admin's delete: %+v", m)
 	}
+	// Any admin, not only the creator: bob, once made one, deletes
+	// alice's message (PROTOCOL.md §7.5).
+	if _, err := s.AddAdmin(ctxFor(t), g.ID, "alice", "bob"); err != nil {
+		t.Fatalf("AddAdmin: %v", err)
+	}
+	if r := MustCommit(t, s, DeleteDraft(g.ID, "bob", "b5", byAlice.ID))[0]; !r.Original.Deleted {
+		t.Errorf("delete by an admin who is not the creator = %+v", r)
+	}
 }
 
 // testDeleteByAdmins: every admin of a group (ChatAPI.AddAdmin), not only

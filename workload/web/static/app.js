@@ -14,12 +14,12 @@
 // style.css @media), one of them at a time: #app's data-view is "list" or
 // "chat", and the back button (or the browser's) returns to the list.
 
-import { Client, State, api, tokenUser } from './client.js';
+import { Client, OPEN_LIMIT, State, api, tokenUser } from './client.js';
 
 const TOKEN_KEY = 'tetra.token';
 const DEMO_USER_KEY = 'tetra.demoUser'; // set when signed in with the demo switch: tokens can be renewed
 const DEVICE_KEY = 'tetra.device';
-const PAGE = 50; // messages rendered when a chat opens; "load older" reveals PAGE more
+const PAGE = OPEN_LIMIT; // messages rendered when a chat opens; "load older" reveals (or fetches) PAGE more
 
 const $ = (id) => document.getElementById(id);
 
@@ -83,6 +83,10 @@ let openChat = ''; // chatId of the open chat
 let shown = PAGE; // how many of the open chat's newest messages are rendered
 let renderedLen = 0; // the open chat's message count at the last render
 let renderQueued = false;
+let menuFor = null; // the message whose actions (edit, delete) are open
+let confirmDelete = false; // its delete asks "delete this message?"
+let editing = null; // the own message the composer edits
+let loadingOlder = false;
 
 // ---- sign-in -------------------------------------------------------------
 
@@ -188,6 +192,9 @@ function startApp(token, demoUser = '') {
   client.addEventListener('chats', scheduleRender);
   client.addEventListener('messages', scheduleRender);
   client.addEventListener('read', scheduleRender);
+  client.addEventListener('typing', scheduleRender);
+  client.addEventListener('presence', scheduleRender);
+  client.addEventListener('failed', (e) => e.detail.chatId === openChat && ($('chat-error').textContent = `Not edited (${e.detail.error}).`));
   client.addEventListener('removed', (e) => chatGone(e.detail));
   client.addEventListener('unauthorized', (e) =>
     signout(e.detail.expired ? 'The token expired; sign in again.' : 'The server refused the token; sign in again.'),
@@ -310,9 +317,39 @@ function chatTitle(chat) {
   return chat.members.find((m) => m !== client.user) || client.user;
 }
 
-function lastActivity(chatId) {
-  const m = client.messages(chatId).at(-1);
-  return m ? m.sentAt : '';
+/** lastMessage is the newest message of a chat held here, or the listing's (PROTOCOL.md §7.2). */
+function lastMessage(chat) {
+  const held = client.messages(chat.chatId).at(-1);
+  const listed = chat.lastMessage;
+  if (!held) return listed;
+  if (listed && held.messageId && listed.messageId > held.messageId) return listed;
+  return held;
+}
+
+/** lastActivity orders the chat list: the listing's lastActivity, or a newer message held here. */
+function lastActivity(chat) {
+  const m = client.messages(chat.chatId).at(-1);
+  const a = chat.lastActivity || '';
+  return m && m.sentAt > a ? m.sentAt : a;
+}
+
+/** peer is the other member of a direct chat ('' for a group). */
+function peer(chat) {
+  return chat.kind === 'group' ? '' : chat.members.find((m) => m !== client.user) || '';
+}
+
+/** lastSeen says when a user was last online ("last seen 14:05", "last seen Mon 3 Dec"). */
+function lastSeen(iso) {
+  const d = new Date(iso);
+  if (!iso || Number.isNaN(d.getTime())) return 'offline';
+  const k = dayKey(iso);
+  const today = dayKey(new Date().toISOString());
+  if (k === today) return `last seen ${time(iso)}`;
+  return `last seen ${dayLabel(k).toLowerCase() === 'yesterday' ? 'yesterday' : dayLabel(k)} at ${time(iso)}`;
+}
+
+function online(user) {
+  return !!client.presence.get(user)?.online;
 }
 
 const segmenter = typeof Intl.Segmenter === 'function' ? new Intl.Segmenter() : null;
@@ -333,35 +370,43 @@ function hue(id) {
 
 function renderChats() {
   const chats = [...client.chats.values()].sort(
-    (a, b) => lastActivity(b.chatId).localeCompare(lastActivity(a.chatId)) || chatTitle(a).localeCompare(chatTitle(b)),
+    (a, b) => lastActivity(b).localeCompare(lastActivity(a)) || chatTitle(a).localeCompare(chatTitle(b)),
   );
   let total = 0;
   const items = chats.map((chat) => {
     const current = chat.chatId === openChat;
     const n = current && chatVisible() && atBottom() ? 0 : client.unread(chat.chatId);
     total += n;
-    const last = client.messages(chat.chatId).at(-1);
+    const last = lastMessage(chat);
     const title = chatTitle(chat);
+    const dot = peer(chat) && online(peer(chat));
     const kind = chat.kind === 'group' ? `group · ${chat.members.length}` : 'direct';
     // fill sets the item's state and contents, keeping the button itself.
     const fill = (b) => {
       if (current) b.setAttribute('aria-current', 'true');
       else b.removeAttribute('aria-current');
       b.replaceChildren(
-        el('span', { class: `avatar ${hue(chat.chatId)}`, 'aria-hidden': 'true' }, initial(title)),
+        el('span', { class: `avatar ${hue(chat.chatId)}${dot ? ' online' : ''}`, 'aria-hidden': 'true' }, initial(title)),
         el('span', { class: 'chat-name', dir: 'auto' }, title),
         el('span', { class: 'chat-kind' }, kind),
-        n ? el('span', { class: 'unread', 'data-unread': String(n), 'aria-label': `${n} unread` }, String(n)) : '',
+        // The server counts up to 1000 (history.MaxUnread); past it, "1000+".
+        n ? el('span', { class: 'unread', 'data-unread': String(n), 'aria-label': `${n >= 1000 ? 'over 1000' : n} unread` }, n >= 1000 ? '1000+' : String(n)) : '',
         el(
           'span',
           { class: 'preview' },
-          ...(last ? [el('bdi', { class: 'who' }, last.senderId), ': ', el('bdi', {}, last.body)] : ['no messages yet']),
+          ...(last
+            ? [
+                el('bdi', { class: 'who' }, last.senderId),
+                ': ',
+                last.deleted ? el('i', {}, 'message deleted') : el('bdi', {}, last.body),
+              ]
+            : ['no messages yet']),
         ),
       );
     };
     return {
       key: chat.chatId,
-      sig: JSON.stringify([title, kind, n, last?.senderId, last?.body, last?.sentAt, current]),
+      sig: JSON.stringify([title, kind, n, last?.senderId, last?.body, last?.deleted, last?.sentAt, current, dot]),
       build: () => {
         const b = el('button', { type: 'button', class: 'chat-item', 'data-chat-id': chat.chatId });
         b.addEventListener('click', () => open(chat.chatId));
@@ -406,9 +451,21 @@ function showList() {
 
 function open(chatId) {
   if (chatId !== openChat) closeMembers();
+  if (chatId !== openChat) stopEditing();
   openChat = chatId;
   shown = PAGE;
   renderedLen = 0;
+  menuFor = null;
+  // The newest page, in one request (PROTOCOL.md §7.1); a no-op once held.
+  client.loadLatest(chatId).then(
+    () => {
+      if (openChat !== chatId) return;
+      render();
+      $('messages').scrollTop = $('messages').scrollHeight;
+      markRead();
+    },
+    (err) => openChat === chatId && ($('chat-error').textContent = `Could not load the chat: ${err.message}`),
+  );
   $('chat-error').textContent = '';
   $('notice').textContent = '';
   if (narrow() && $('app').dataset.view !== 'chat' && !history.state?.chat) history.pushState({ chat: chatId }, '');
@@ -457,14 +514,62 @@ function continues(prev, m) {
   return Number.isFinite(gap) && gap < GROUP_GAP_MS;
 }
 
+/**
+ * actions lists what this user may do to m: edit its own messages, delete
+ * its own, or any message of a group it administers (PROTOCOL.md §7.3, §7.5).
+ */
+function actions(m) {
+  if (!m.messageId || m.deleted) return [];
+  const mine = m.senderId === client.user;
+  const out = [];
+  if (mine) out.push('edit');
+  if (mine || client.isAdmin(m.chatId)) out.push('delete');
+  return out;
+}
+
+function actionRow(m, may) {
+  if (confirmDelete) {
+    const yes = el('button', { type: 'button', class: 'danger', 'data-action': 'delete-yes' }, 'Delete');
+    const no = el('button', { type: 'button', 'data-action': 'delete-no' }, 'Cancel');
+    yes.addEventListener('click', () => deleteMessage(m));
+    no.addEventListener('click', () => closeMenu());
+    return el('div', { class: 'actions' }, el('span', {}, m.senderId === client.user ? 'Delete for everyone?' : `Delete ${m.senderId}’s message?`), yes, no);
+  }
+  const row = el('div', { class: 'actions' });
+  if (may.includes('edit')) {
+    const b = el('button', { type: 'button', 'data-action': 'edit' }, 'Edit');
+    b.addEventListener('click', () => startEditing(m));
+    row.append(b);
+  }
+  if (may.includes('delete')) {
+    const b = el('button', { type: 'button', class: 'danger', 'data-action': 'delete' }, 'Delete');
+    b.addEventListener('click', () => {
+      confirmDelete = true;
+      renderOpenChat();
+    });
+    row.append(b);
+  }
+  return row;
+}
+
 function renderMessage(m, readers, cont) {
   const mine = m.senderId === client.user;
   const status = m.status === 'pending' ? 'sending…' : m.status === 'failed' ? `not sent (${m.error})` : '';
   const when = new Date(m.sentAt);
+  const may = actions(m);
+  let menu = '';
+  if (may.length) {
+    menu = el('button', { type: 'button', class: 'msg-menu', 'aria-label': 'message actions', 'aria-expanded': String(menuFor === m), title: 'edit or delete' }, '⋯');
+    menu.addEventListener('click', () => {
+      menuFor = menuFor === m ? null : m;
+      confirmDelete = false;
+      renderOpenChat();
+    });
+  }
   return el(
     'li',
     {
-      class: `msg ${mine ? 'mine' : 'theirs'} ${m.status}${cont ? ' cont' : ''}`,
+      class: `msg ${mine ? 'mine' : 'theirs'} ${m.status}${cont ? ' cont' : ''}${m.deleted ? ' deleted' : ''}${may.length ? ' has-menu' : ''}${editing === m ? ' editing' : ''}`,
       'data-message-id': m.messageId,
       'data-correlation-id': m.correlationId,
       'data-sender': m.senderId,
@@ -479,7 +584,10 @@ function renderMessage(m, readers, cont) {
           ' ',
           el('time', { datetime: m.sentAt }, time(m.sentAt)),
         ),
-    el('div', { class: 'body', dir: 'auto' }, ...linkify(m.body)),
+    menu,
+    m.deleted ? el('div', { class: 'body tombstone' }, 'message deleted') : el('div', { class: 'body', dir: 'auto' }, ...linkify(m.body)),
+    m.editedAt && !m.deleted ? el('div', { class: 'edited', title: new Date(m.editedAt).toLocaleString() }, 'edited') : '',
+    menuFor === m && may.length ? actionRow(m, may) : '',
     status ? el('div', { class: 'status' }, status) : '',
     readers.length
       ? el('div', { class: 'receipt' }, 'read by ', ...readers.flatMap((r, i) => [i ? ', ' : '', el('bdi', {}, r)]))
@@ -513,34 +621,53 @@ function renderHeader(chat) {
   $('chat-title').textContent = chatTitle(chat);
   const toggle = $('chat-members');
   toggle.hidden = !group;
-  $('chat-sub').textContent = group ? '' : 'direct chat';
+  const other = peer(chat);
+  const sub = $('chat-sub');
+  sub.textContent = group ? '' : other && online(other) ? 'online' : other ? lastSeen(client.presence.get(other)?.lastSeen) : 'direct chat';
+  sub.classList.toggle('online', !!other && online(other));
   if (!group) closeMembers();
   if (!group) return;
   const n = chat.members.length;
   toggle.textContent = `${n} member${n === 1 ? '' : 's'}`;
   if ($('member-panel').hidden) return;
 
-  const creator = chat.createdBy;
-  const amCreator = creator === client.user;
-  const people = [...chat.members].sort((a, b) => (b === creator) - (a === creator) || a.localeCompare(b));
+  const amAdmin = client.isAdmin(chat.chatId);
+  const admin = (u) => client.isAdmin(chat.chatId, u);
+  $('rename').hidden = !amAdmin;
+  // The field follows the title (a rename by another admin) unless it is being edited.
+  const shownTitle = `${chat.chatId}\n${chat.title || ''}`;
+  if (amAdmin && document.activeElement !== $('rename-input') && $('rename-input').dataset.shown !== shownTitle) {
+    $('rename-input').value = chat.title || '';
+    $('rename-input').dataset.shown = shownTitle;
+  }
+  $('history-mode').textContent =
+    chat.history === 'member' ? 'History: members read only what was sent while they were in the group.' : 'History: shared — new members read the earlier messages too.';
+  const people = [...chat.members].sort((a, b) => admin(b) - admin(a) || a.localeCompare(b));
   reconcile(
     $('member-list'),
     people.map((u) => ({
       key: u,
-      sig: JSON.stringify([chat.chatId, u === creator, u === client.user, amCreator]),
+      sig: JSON.stringify([chat.chatId, admin(u), u === client.user, amAdmin, online(u)]),
       build: () => {
         const li = el(
           'li',
-          { class: 'member', 'data-member': u },
-          el('span', { class: `avatar small ${hue(u)}`, 'aria-hidden': 'true' }, initial(u)),
+          { class: 'member', 'data-member': u, 'data-online': online(u) ? 'true' : 'false' },
+          el('span', { class: `avatar small ${hue(u)}${online(u) ? ' online' : ''}`, 'aria-hidden': 'true' }, initial(u)),
           el('bdi', { class: 'member-name' }, u),
-          u === creator ? el('span', { class: 'badge' }, 'creator') : '',
+          admin(u) ? el('span', { class: 'badge admin' }, 'admin') : '',
           u === client.user ? el('span', { class: 'badge' }, 'you') : '',
         );
-        if (amCreator && u !== client.user) {
+        if (amAdmin && u !== client.user) {
+          const tools = el('span', { class: 'member-tools' });
+          if (!admin(u)) {
+            const mk = el('button', { type: 'button', class: 'link', 'data-make-admin': u, 'aria-label': `make ${u} an admin` }, 'make admin');
+            mk.addEventListener('click', () => makeAdmin(chat.chatId, u));
+            tools.append(mk);
+          }
           const rm = el('button', { type: 'button', class: 'remove link', 'data-remove': u, 'aria-label': `remove ${u}` }, 'remove');
           rm.addEventListener('click', () => removeMember(chat.chatId, u));
-          li.append(rm);
+          tools.append(rm);
+          li.append(tools);
         }
         return li;
       },
@@ -588,9 +715,10 @@ function renderOpenChat() {
     }
     const readers = ((m.messageId && readersAt.get(m.messageId)) || []).sort();
     const cont = continues(prev, m);
+    const menu = menuFor === m ? (confirmDelete ? 2 : 1) : 0;
     items.push({
       key: m,
-      sig: JSON.stringify([m.messageId, m.status, m.error, m.sentAt, readers, cont]),
+      sig: JSON.stringify([m.messageId, m.status, m.error, m.sentAt, readers, cont, m.body, m.editedAt, m.deleted, menu, editing === m, actions(m)]),
       build: () => renderMessage(m, readers, cont),
     });
     prev = m;
@@ -600,14 +728,99 @@ function renderOpenChat() {
   const stick = atBottom();
   const before = box.scrollHeight - box.scrollTop;
   reconcile($('message-list'), items, messageEls);
-  $('load-older').hidden = from === 0;
+  $('load-older').hidden = from === 0 && !client.hasOlder(openChat);
+  $('load-older').textContent = loadingOlder ? 'loading…' : 'load older';
   if (stick) box.scrollTop = box.scrollHeight;
   else box.scrollTop = box.scrollHeight - before; // keep what the reader was looking at
+
+  const typers = client.typingIn(openChat);
+  $('typing').textContent =
+    typers.length === 0 ? '' : typers.length === 1 ? `${typers[0]} is typing…` : typers.length === 2 ? `${typers[0]} and ${typers[1]} are typing…` : `${typers.length} people are typing…`;
+  if (typers.length) setTimeout(scheduleRender, 1000); // the line goes 5 s after the last frame
 }
 
-function loadOlder() {
-  shown += PAGE;
+/**
+ * loadOlder shows PAGE more of the open chat: held ones first, then the
+ * page before the oldest held, fetched from the server (before=<id>).
+ */
+async function loadOlder() {
+  const chatId = openChat;
+  const held = client.messages(chatId).length;
+  if (held > shown) {
+    shown += PAGE;
+    renderOpenChat();
+    return;
+  }
+  if (loadingOlder || !client.hasOlder(chatId)) return;
+  loadingOlder = true;
   renderOpenChat();
+  try {
+    await client.loadOlder(chatId);
+    if (openChat === chatId) shown += PAGE;
+  } catch (err) {
+    $('chat-error').textContent = `Could not load older messages: ${err.message}`;
+  } finally {
+    loadingOlder = false;
+    renderOpenChat();
+  }
+}
+
+// ---- edit and delete ------------------------------------------------------
+
+function closeMenu() {
+  menuFor = null;
+  confirmDelete = false;
+  renderOpenChat();
+}
+
+function startEditing(m) {
+  editing = m;
+  menuFor = null;
+  $('editing').hidden = false;
+  $('composer-input').value = m.body;
+  $('composer-input').focus();
+  renderOpenChat();
+}
+
+function stopEditing() {
+  if (!editing) return;
+  editing = null;
+  $('editing').hidden = true;
+  $('composer-input').value = '';
+  if (client) renderOpenChat();
+}
+
+async function deleteMessage(m) {
+  closeMenu();
+  try {
+    await client.deleteMessage(m.chatId, m.messageId);
+    $('chat-error').textContent = '';
+  } catch (ex) {
+    $('chat-error').textContent = ex.message;
+  }
+}
+
+// ---- group administration ------------------------------------------------
+
+async function rename(e) {
+  e.preventDefault();
+  const title = $('rename-input').value.trim();
+  if (!title) return;
+  try {
+    await client.rename(openChat, title);
+    $('chat-error').textContent = '';
+  } catch (ex) {
+    $('chat-error').textContent = ex.message;
+  }
+}
+
+async function makeAdmin(chatId, userId) {
+  try {
+    await client.makeAdmin(chatId, userId);
+    $('chat-error').textContent = '';
+  } catch (ex) {
+    $('chat-error').textContent = ex.message;
+  }
 }
 
 // ---- forms ---------------------------------------------------------------
@@ -627,9 +840,10 @@ async function createChat(e) {
     return;
   }
   try {
-    const chat = await client.createChat(kind, list, $('new-title').value.trim());
+    const chat = await client.createChat(kind, list, $('new-title').value.trim(), kind === 'group' ? $('new-history').value : '');
     $('new-members').value = '';
     $('new-title').value = '';
+    $('new-history').value = 'shared';
     open(chat.chatId);
   } catch (ex) {
     err.textContent = ex.message;
@@ -676,12 +890,23 @@ function sendComposed() {
     return;
   }
   $('chat-error').textContent = '';
+  if (editing) {
+    const m = editing;
+    stopEditing();
+    if (body !== m.body && !m.deleted) client.edit(m.chatId, m.messageId, body);
+    return;
+  }
   client.send(openChat, body);
   input.value = '';
   $('messages').scrollTop = $('messages').scrollHeight;
 }
 
 function composerKey(e) {
+  if (e.key === 'Escape' && editing) {
+    e.preventDefault();
+    stopEditing();
+    return;
+  }
   if (e.key !== 'Enter' || e.shiftKey || e.isComposing) return;
   e.preventDefault();
   sendComposed();
@@ -712,6 +937,9 @@ $('composer').addEventListener('submit', (e) => {
   sendComposed();
 });
 $('composer-input').addEventListener('keydown', composerKey);
+$('composer-input').addEventListener('input', () => openChat && !editing && $('composer-input').value && client?.typing(openChat));
+$('edit-cancel').addEventListener('click', stopEditing);
+$('rename').addEventListener('submit', rename);
 $('load-older').addEventListener('click', loadOlder);
 $('messages').addEventListener('scroll', () => {
   if ($('messages').scrollTop < 30 && !$('load-older').hidden) loadOlder();

@@ -42,7 +42,10 @@ export const State = Object.freeze({
   OFFLINE: 'offline',
 });
 
-const PAGE_LIMIT = 500; // history page size (the contract allows at least 500)
+const PAGE_LIMIT = 500; // history page size of a catch-up (the contract allows at least 500)
+export const OPEN_LIMIT = 50; // messages of the newest page a chat opens with, and of each older page
+const TYPING_EVERY_MS = 2000; // at most one typing frame per chat this often (PROTOCOL.md §7.4)
+export const TYPING_SHOWN_MS = 5000; // "typing" is shown this long after the last frame
 const ACK_CHUNK = 500; // ids per ack frame (the server takes up to 1024)
 const CHAT_REFRESH_MS = 20000; // how often the chat list is fetched again while connected
 const RETRYABLE = new Set(['overloaded', 'rate_limited', 'credit_exhausted']);
@@ -129,6 +132,11 @@ class ChatLog {
     this.seq = 0;
     this.reads = new Map(); // userId -> messageId (newest read receipt)
     this.synced = false; // a history sync reached the end once
+    this.loaded = false; // the newest page was fetched (PROTOCOL.md §7.1): catch-ups follow it
+    this.hasMore = false; // older messages than the oldest held exist on the server
+    this.oldest = ''; // messageId of the oldest message of a history page held
+    this.minSeq = 0; // seq of the oldest message held (older pages get lower ones)
+    this.edits = new Map(); // messageId -> {body, editedAt} or {deleted}: an edit or delete seen before its target
     this.sorted = true;
     this.syncing = Promise.resolve();
   }
@@ -213,7 +221,10 @@ export class Client extends EventTarget {
     this.changes = 0;
     this.touched = new Map(); // chatId -> changes
     this.outbox = this.loadOutbox(); // [{chatId, correlationId, body}]
-    for (const o of this.outbox) this.addOwn(o);
+    for (const o of this.outbox) if (!o.edits) this.addOwn(o);
+    this.typers = new Map(); // chatId -> Map(userId -> ms when "typing" ends)
+    this.typingSent = new Map(); // chatId -> ms of the last typing frame sent
+    this.presence = new Map(); // userId -> {online, lastSeen}
     this.onOnline = () => this.connectNow();
     this.onOffline = () => this.ws?.close(4000, 'browser offline');
   }
@@ -233,6 +244,12 @@ export class Client extends EventTarget {
     return this.log(chatId).ordered();
   }
 
+  /** hasOlder reports whether the server holds messages of chatId older than those held here. */
+  hasOlder(chatId) {
+    const log = this.log(chatId);
+    return !log.loaded || log.hasMore;
+  }
+
   /** reads returns a chat's newest read receipt per user (userId -> messageId). */
   reads(chatId) {
     return this.log(chatId).reads;
@@ -247,7 +264,7 @@ export class Client extends EventTarget {
     const mark = log.reads.get(this.user);
     const list = log.ordered();
     const i = mark ? log.indexOf(mark) : -1;
-    if (!log.synced && !(mark && i >= 0)) return this.chats.get(chatId)?.unread ?? countOthers(list, 0, this.user);
+    if (!(mark && i >= 0) && (!log.synced || log.hasMore)) return this.chats.get(chatId)?.unread ?? countOthers(list, 0, this.user);
     return countOthers(list, i + 1, this.user); // a marker purged from history: all that is left
   }
 
@@ -483,6 +500,12 @@ export class Client extends EventTarget {
       case 'chat':
         this.onChatEvent(f);
         break;
+      case 'typing':
+        this.onTyping(f);
+        break;
+      case 'presence':
+        this.setPresence(f.userId, { online: !!f.online, lastSeen: f.lastSeen });
+        break;
     }
   }
 
@@ -557,15 +580,34 @@ export class Client extends EventTarget {
     if (fresh || f.event === 'added') this.syncChat(chat.chatId, this.gen).catch(() => {});
   }
 
-  /** refreshChats lists the chats again and syncs the ones not seen before. */
+  /**
+   * listChats fetches the whole chat list, following nextCursor (the server
+   * pages it at 100 by default, PROTOCOL.md §7.2), in the server's order:
+   * newest lastActivity first.
+   */
+  async listChats() {
+    const all = [];
+    let cursor = '';
+    for (let i = 0; i < 10000; i++) {
+      const q = new URLSearchParams({ limit: '500' });
+      if (cursor) q.set('cursor', cursor);
+      const page = await this.api('GET', `/api/chats?${q}`);
+      all.push(...page.chats);
+      if (!page.nextCursor || !page.chats.length) break;
+      cursor = page.nextCursor;
+    }
+    return all;
+  }
+
+  /** refreshChats lists the chats again and catches up the ones held. */
   async refreshChats() {
     const gen = this.gen;
     const asOf = this.changes;
     try {
-      const { chats } = await this.api('GET', '/api/chats');
-      const fresh = chats.filter((c) => !this.chats.has(c.chatId));
+      const chats = await this.listChats();
       this.setChats(chats, asOf);
-      await Promise.all(fresh.map((c) => this.syncChat(c.chatId, gen)));
+      await Promise.all(chats.filter((c) => this.log(c.chatId).loaded).map((c) => this.syncChat(c.chatId, gen)));
+      this.lookPresence(chats);
     } catch (err) {
       console.warn('tetra: listing chats failed', err);
     }
@@ -574,10 +616,13 @@ export class Client extends EventTarget {
   async resync(gen, failures = 0) {
     const asOf = this.changes;
     try {
-      const { chats } = await this.api('GET', '/api/chats');
+      const chats = await this.listChats();
       if (gen !== this.gen) return;
       this.setChats(chats, asOf);
-      await Promise.all(chats.map((c) => this.syncChat(c.chatId, gen)));
+      this.lookPresence(chats);
+      // Only chats whose newest page was fetched are caught up; the others
+      // show the listing's lastMessage until they are opened (loadLatest).
+      await Promise.all(chats.filter((c) => this.log(c.chatId).loaded).map((c) => this.syncChat(c.chatId, gen)));
     } catch (err) {
       if (gen !== this.gen) return;
       if (err instanceof ApiError && err.status === 401) {
@@ -591,11 +636,13 @@ export class Client extends EventTarget {
   }
 
   /**
-   * syncChat pages a chat's history from its cursor to the end. Syncs of one
+   * syncChat pages a chat's history from its cursor to the end; a chat not
+   * loaded yet gets its newest page instead (loadLatest). Syncs of one
    * chat run one after another, so the cursor only moves forward.
    */
   syncChat(chatId, gen) {
     const log = this.log(chatId);
+    if (!log.loaded) return this.loadLatest(chatId);
     const run = async () => {
       for (;;) {
         if (gen !== this.gen) return; // a newer connection resyncs
@@ -617,9 +664,72 @@ export class Client extends EventTarget {
     return log.syncing;
   }
 
-  /** createChat creates a direct chat or a group and syncs it. */
-  async createChat(kind, members, title = '') {
-    const chat = await this.api('POST', '/api/chats', { kind, members, ...(kind === 'group' ? { title } : {}) });
+  /**
+   * loadLatest fetches a chat's newest page, OPEN_LIMIT messages, in one
+   * request (before=end, PROTOCOL.md §7.1), once: later catch-ups page
+   * forward from it (syncChat). Resolves when the page is held.
+   */
+  loadLatest(chatId) {
+    const log = this.log(chatId);
+    const run = async () => {
+      if (log.loaded) return;
+      const q = new URLSearchParams({ before: 'end', limit: String(OPEN_LIMIT) });
+      const page = await this.api('GET', `/api/chats/${encodeURIComponent(chatId)}/messages?${q}`);
+      if (log.loaded) return;
+      for (const m of page.messages) this.ingest(m, true);
+      const held = page.messages.filter((m) => !m.edits && !m.deletes);
+      log.oldest = page.messages[0]?.messageId || '';
+      log.minSeq = 1;
+      if (page.messages.length) log.cursor = page.messages.at(-1).messageId;
+      log.hasMore = !!page.hasMore;
+      log.loaded = true;
+      log.synced = true;
+      if (!held.length && log.hasMore) log.syncing.then(() => this.loadOlder(chatId)); // a page of edits only
+      this.emit('messages', { chatId });
+    };
+    log.syncing = log.syncing.then(run, run);
+    return log.syncing;
+  }
+
+  /**
+   * loadOlder fetches the OPEN_LIMIT messages before the oldest one held
+   * (before=<messageId>) and puts them in front. Resolves to whether older
+   * ones may still exist (hasMore).
+   */
+  loadOlder(chatId) {
+    const log = this.log(chatId);
+    const run = async () => {
+      if (!log.loaded) return this.loadLatest(chatId).then(() => log.hasMore);
+      if (!log.hasMore || !log.oldest) return false;
+      const q = new URLSearchParams({ before: log.oldest, limit: String(OPEN_LIMIT) });
+      const page = await this.api('GET', `/api/chats/${encodeURIComponent(chatId)}/messages?${q}`);
+      const n = page.messages.length;
+      page.messages.forEach((m, i) => this.ingest(m, true, log.minSeq - n + i));
+      log.minSeq -= n;
+      if (n) log.oldest = page.messages[0].messageId;
+      log.hasMore = !!page.hasMore && n > 0;
+      this.emit('messages', { chatId });
+      return log.hasMore;
+    };
+    const p = log.syncing.then(run, run);
+    log.syncing = p.catch(() => {});
+    return p;
+  }
+
+  /**
+   * createChat creates a direct chat or a group and syncs it. A group's
+   * history is "shared" (members read all of it) or "member" (only what was
+   * sent while they were members), PROTOCOL.md §7.6; empty: the server's
+   * default (shared).
+   */
+  async createChat(kind, members, title = '', history = '') {
+    const group = kind === 'group';
+    const chat = await this.api('POST', '/api/chats', {
+      kind,
+      members,
+      ...(group ? { title } : {}),
+      ...(group && history ? { history } : {}),
+    });
     this.touch(chat.chatId);
     this.setChats([chat]);
     this.syncChat(chat.chatId, this.gen).catch(() => {});
@@ -663,14 +773,20 @@ export class Client extends EventTarget {
    * ingest adds a message from a frame or a history page, once per messageId.
    * A history page also confirms the message's place in commit order.
    */
-  ingest(m, fromHistory) {
+  ingest(m, fromHistory, seq = undefined) {
     const log = this.log(m.chatId);
+    if (m.edits || m.deletes) {
+      this.applyChange(log, m);
+      return;
+    }
+    if (!fromHistory) this.noteLive(m);
     let cur = log.byId.get(m.messageId);
     if (!cur && m.senderId === this.user && m.correlationId) cur = log.byCorr.get(m.correlationId);
     if (cur) {
       if (!cur.messageId) this.settle(log, cur, m.messageId, m.sentAt);
+      if (fromHistory && (m.deleted || m.editedAt)) this.applyState(cur, m);
       if (fromHistory && cur.seq === undefined) {
-        cur.seq = ++log.seq;
+        cur.seq = seq ?? ++log.seq;
         log.sorted = false;
         this.emit('messages', { chatId: m.chatId });
       }
@@ -685,12 +801,65 @@ export class Client extends EventTarget {
       sentAt: m.sentAt,
       status: 'sent',
       arrival: ++arrivals,
-      seq: fromHistory ? ++log.seq : undefined,
+      seq: fromHistory ? (seq ?? ++log.seq) : undefined,
     };
+    this.applyState(msg, m);
+    const early = log.edits.get(msg.messageId);
+    if (early) {
+      this.applyState(msg, early);
+      log.edits.delete(msg.messageId);
+    }
     log.byId.set(msg.messageId, msg);
     log.list.push(msg);
     log.sorted = false;
     this.emit('messages', { chatId: m.chatId });
+  }
+
+  /** applyState copies editedAt and deleted (a history entry, PROTOCOL.md §7.3) onto msg. */
+  applyState(msg, m) {
+    if (m.deleted) {
+      msg.deleted = true;
+      msg.body = '';
+      msg.editedAt = undefined;
+    } else if (m.editedAt && !msg.deleted && !(msg.editedAt && msg.editedAt > m.editedAt)) {
+      msg.body = m.body;
+      msg.editedAt = m.editedAt;
+    }
+  }
+
+  /**
+   * applyChange applies an edit (`edits`) or a delete (`deletes`) message
+   * to its original: the new body and editedAt, or the tombstone. One for a
+   * message not held yet is kept until it arrives. Never shown itself.
+   */
+  applyChange(log, m) {
+    const target = m.edits || m.deletes;
+    const change = m.deletes ? { deleted: true } : { body: m.body, editedAt: m.sentAt };
+    const chat = this.chats.get(m.chatId);
+    if (chat?.lastMessage?.messageId === target) {
+      chat.lastMessage = m.deletes ? { ...chat.lastMessage, body: '', deleted: true } : { ...chat.lastMessage, body: m.body, editedAt: m.sentAt };
+    }
+    const msg = log.byId.get(target);
+    if (msg) this.applyState(msg, change);
+    else if (!log.edits.get(target)?.deleted) log.edits.set(target, change);
+    this.emit('messages', { chatId: m.chatId });
+  }
+
+  /**
+   * noteLive keeps the listing's lastMessage, lastActivity and unread of a
+   * chat current as live messages arrive, for the chat list of chats whose
+   * history is not held.
+   */
+  noteLive(m) {
+    const chat = this.chats.get(m.chatId);
+    if (this.typers.get(m.chatId)?.delete(m.senderId)) this.emit('typing', { chatId: m.chatId }); // it sent: it types no more
+    if (!chat || this.log(m.chatId).byId.has(m.messageId)) return;
+    if (!chat.lastMessage || m.messageId > chat.lastMessage.messageId) {
+      const { type, ...rest } = m;
+      chat.lastMessage = rest;
+      if (!chat.lastActivity || m.sentAt > chat.lastActivity) chat.lastActivity = m.sentAt;
+      if (m.senderId !== this.user) chat.unread = (chat.unread || 0) + 1; // read when no marker is held (unread)
+    }
   }
 
   // settle gives an own message its messageId: it is stored, stop resending.
@@ -732,6 +901,7 @@ export class Client extends EventTarget {
 
   /** send queues body for chatId and returns the pending message. */
   send(chatId, body) {
+    this.typingSent.delete(chatId); // receivers stop showing "typing" at a message: the next keystroke tells them again
     const o = { chatId, correlationId: `web-${crypto.randomUUID()}`, body };
     this.outbox.push(o);
     this.saveOutbox();
@@ -765,7 +935,7 @@ export class Client extends EventTarget {
     for (const o of this.outbox) {
       if (this.inflight >= this.limits.maxInFlightSends) return;
       if (o.inflight || (o.notBefore || 0) > now) continue;
-      const frame = { type: 'send', chatId: o.chatId, correlationId: o.correlationId, body: o.body };
+      const frame = { type: 'send', chatId: o.chatId, correlationId: o.correlationId, body: o.body, ...(o.edits ? { edits: o.edits } : {}) };
       if (!this.write(frame)) return;
       o.inflight = true;
       this.inflight++;
@@ -805,6 +975,12 @@ export class Client extends EventTarget {
     }
     // A final refusal: the message was not stored (PROTOCOL.md §3).
     this.dropOutbox(f.correlationId);
+    if (o.edits) {
+      this.emit('failed', { chatId: o.chatId, messageId: o.edits, error: `${f.code}: ${f.message}` });
+      this.refetch(o.chatId, o.edits);
+      this.pump();
+      return;
+    }
     const msg = this.log(o.chatId).byCorr.get(f.correlationId);
     if (msg) {
       msg.status = 'failed';
@@ -829,15 +1005,124 @@ export class Client extends EventTarget {
   loadOutbox() {
     try {
       const raw = JSON.parse(this.storage?.getItem(this.outboxKey()) || '[]');
-      return raw.map(({ chatId, correlationId, body }) => ({ chatId, correlationId, body }));
+      return raw.map(({ chatId, correlationId, body, edits }) => ({ chatId, correlationId, body, ...(edits ? { edits } : {}) }));
     } catch {
       return [];
     }
   }
 
   saveOutbox() {
-    const keep = this.outbox.map(({ chatId, correlationId, body }) => ({ chatId, correlationId, body }));
+    const keep = this.outbox.map(({ chatId, correlationId, body, edits }) => ({ chatId, correlationId, body, ...(edits ? { edits } : {}) }));
     this.storage?.setItem(this.outboxKey(), JSON.stringify(keep));
+  }
+
+  // ---- edit and delete (PROTOCOL.md §7.3) --------------------------------
+
+  /**
+   * edit replaces the body of an own message: a send with `edits`, queued
+   * and resent like any send. The new body shows at once (editedAt set).
+   */
+  edit(chatId, messageId, body) {
+    const o = { chatId, correlationId: `web-${crypto.randomUUID()}`, body, edits: messageId };
+    this.outbox.push(o);
+    this.saveOutbox();
+    const msg = this.log(chatId).byId.get(messageId);
+    if (msg && !msg.deleted) {
+      msg.body = body;
+      msg.editedAt = new Date().toISOString();
+      this.emit('messages', { chatId });
+    }
+    this.pump();
+  }
+
+  /**
+   * deleteMessage deletes a message (own, or any as a group admin, §7.5):
+   * DELETE, then the tombstone the server answers replaces it here.
+   */
+  async deleteMessage(chatId, messageId) {
+    const path = `/api/chats/${encodeURIComponent(chatId)}/messages/${encodeURIComponent(messageId)}`;
+    const { message } = await this.api('DELETE', path);
+    this.ingest({ ...message, chatId, messageId }, true);
+    this.applyChange(this.log(chatId), { chatId, deletes: messageId });
+    return message;
+  }
+
+  // refetch: an edit was refused; the held body is the server's again at the next catch-up.
+  refetch(chatId) {
+    const log = this.log(chatId);
+    if (log.loaded) this.syncChat(chatId, this.gen).catch(() => {});
+  }
+
+  // ---- groups that manage themselves (PROTOCOL.md §7.5) -------------------
+
+  /** rename sets a group's title (any admin). */
+  async rename(chatId, title) {
+    const chat = await this.api('PATCH', `/api/chats/${encodeURIComponent(chatId)}`, { title });
+    this.setChats([chat]);
+    return chat;
+  }
+
+  /** makeAdmin makes a member of a group an admin (any admin). */
+  async makeAdmin(chatId, userId) {
+    const chat = await this.api('POST', `/api/chats/${encodeURIComponent(chatId)}/admins`, { userId });
+    this.setChats([chat]);
+    return chat;
+  }
+
+  /** isAdmin reports whether userId administers chatId (a group's creator is the first admin). */
+  isAdmin(chatId, userId = this.user) {
+    const chat = this.chats.get(chatId);
+    if (chat?.kind !== 'group') return false;
+    return Array.isArray(chat.admins) ? chat.admins.includes(userId) : chat.createdBy === userId;
+  }
+
+  // ---- typing and presence (PROTOCOL.md §7.4) -----------------------------
+
+  /** typing tells the chat's other members this user is typing: at most one frame per chat every 2 s. */
+  typing(chatId) {
+    const now = Date.now();
+    if (now - (this.typingSent.get(chatId) || 0) < TYPING_EVERY_MS) return;
+    if (this.state === State.CONNECTED && this.write({ type: 'typing', chatId })) this.typingSent.set(chatId, now);
+  }
+
+  onTyping(f) {
+    if (!f.chatId || !f.userId || f.userId === this.user) return;
+    let t = this.typers.get(f.chatId);
+    if (!t) this.typers.set(f.chatId, (t = new Map()));
+    t.set(f.userId, Date.now() + TYPING_SHOWN_MS);
+    this.emit('typing', { chatId: f.chatId, userId: f.userId });
+    setTimeout(() => this.emit('typing', { chatId: f.chatId }), TYPING_SHOWN_MS + 20);
+  }
+
+  /** typingIn lists the users typing in chatId now (a frame in the last 5 s), sorted. */
+  typingIn(chatId, now = Date.now()) {
+    const t = this.typers.get(chatId);
+    if (!t) return [];
+    for (const [u, until] of t) if (until <= now) t.delete(u);
+    return [...t.keys()].sort();
+  }
+
+  setPresence(userId, p) {
+    if (!userId) return;
+    this.presence.set(userId, p);
+    this.emit('presence', { userId, ...p });
+  }
+
+  /**
+   * lookPresence asks GET /api/presence about every member of chats (but
+   * this user), 500 users a request; presence frames keep it current.
+   */
+  async lookPresence(chats) {
+    const users = [...new Set(chats.flatMap((c) => c.members || []))].filter((u) => u !== this.user).sort();
+    for (let i = 0; i < users.length; i += 500) {
+      const q = new URLSearchParams({ users: users.slice(i, i + 500).join(',') });
+      try {
+        const { presence } = await this.api('GET', `/api/presence?${q}`);
+        for (const [u, p] of Object.entries(presence || {})) this.setPresence(u, { online: !!p.online, lastSeen: p.lastSeen });
+      } catch (err) {
+        console.warn('tetra: presence failed', err);
+      }
+    }
   }
 
   /** forget drops the persisted send queue (on sign-out). */

@@ -487,10 +487,11 @@ func (r *MessengerReconciler) renderChildren(ctx context.Context, p *pass) *stop
 	if p.liveErr != nil && !apierrors.IsNotFound(p.liveErr) {
 		return &stop{outcome: OutcomeError, err: p.liveErr}
 	}
-	if p.liveErr == nil && replaceForPrefix(&p.live, render.KeyPrefix(p.m)) {
-		// Pods of another key prefix run (or still terminate): replace
-		// them rather than roll, or the new pods refuse to start beside
-		// them on the shared database.
+	if p.liveErr == nil && (replaceForPrefix(&p.live, render.KeyPrefix(p.m)) || replaceForFleet(&p.live, objs.FleetHash)) {
+		// Pods of another key prefix, token secret or Redis run (or still
+		// terminate): replace them rather than roll, or the new pods
+		// refuse to start beside them on the shared database (the
+		// workload's fleet identity, issue 24).
 		in.Recreate = true
 		if objs, err = render.Render(p.m, in); err != nil {
 			return &stop{res: p.result, outcome: OutcomeError, err: err}
@@ -609,9 +610,28 @@ func replaceForPrefix(live *appsv1.Deployment, want string) bool {
 		return true
 	}
 	// Same prefix: keep Recreate until the replacement it started is
-	// done. Recreate starts new pods only once every old one is gone, so
-	// the new pods all updated and available means no old pod is left
-	// (not even a terminating one, which would still hold its prefix).
+	// done.
+	return replacing(live)
+}
+
+// replaceForFleet says whether the live Deployment's pods were rendered
+// for another fleet hash (a rotated token secret, another Redis), or are
+// still being replaced for one: then the pods are replaced, not rolled.
+// A live Deployment without the annotation (rendered by an older operator)
+// rolls as before.
+func replaceForFleet(live *appsv1.Deployment, want string) bool {
+	have, ok := live.Spec.Template.Annotations[tetrav1.FleetHashAnnotation]
+	if !ok || want == "" {
+		return false
+	}
+	return have != want || replacing(live)
+}
+
+// replacing says whether a Recreate the operator started is still under
+// way. Recreate starts new pods only once every old one is gone, so the
+// new pods all updated and available means no old pod is left (not even a
+// terminating one, which would still hold its prefix or identity).
+func replacing(live *appsv1.Deployment) bool {
 	st := live.Status
 	desired := int32(1)
 	if live.Spec.Replicas != nil {

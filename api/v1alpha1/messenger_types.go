@@ -27,6 +27,11 @@ const (
 	// settings (backend, image, environment, referenced Secrets' versions);
 	// a change rolls the pods.
 	ConfigHashAnnotation = "tetra.dev/config-hash"
+	// FleetHashAnnotation on the pod template hashes what the pods of one
+	// fleet must agree on (the referenced Secrets, the index settings); a
+	// change of it replaces the pods instead of rolling them, since a new
+	// pod is refused beside old ones that disagree.
+	FleetHashAnnotation = "tetra.dev/fleet-hash"
 	// RedisEpochAnnotation on the pod template holds the Redis epoch of the
 	// last failover that had to be handled by a restart.
 	RedisEpochAnnotation = "tetra.dev/redis-epoch"

@@ -110,6 +110,8 @@ type Objects struct {
 	NetworkPolicy *networkingv1.NetworkPolicy
 	// ConfigHash is the hash written on the pod template.
 	ConfigHash string
+	// FleetHash is the hash of what makes the pods one fleet (FleetHash).
+	FleetHash string
 	// TuningHash is the hash of the ConfigMap's data (TuningHash).
 	TuningHash string
 }
@@ -575,6 +577,36 @@ func ConfigHash(m *tetrav1.Messenger, in Inputs) string {
 	return hex.EncodeToString(sum[:16])
 }
 
+// FleetHash hashes what every pod of a fleet must agree on or be refused
+// at start beside the others (the workload's fleet identity, issue 24):
+// the referenced Secrets' resourceVersions (the token secret, the Redis
+// and store addresses that live in them) and the index settings of the
+// environment (TETRA_INDEX*). A change of it replaces the pods (Recreate)
+// instead of rolling them; see the controller's replaceForFleet.
+func FleetHash(m *tetrav1.Messenger, in Inputs) string {
+	type secretVersion struct{ Name, ResourceVersion string }
+	versions := make([]secretVersion, 0, len(in.SecretVersions))
+	for n, v := range in.SecretVersions {
+		versions = append(versions, secretVersion{n, v})
+	}
+	sort.Slice(versions, func(i, j int) bool { return versions[i].Name < versions[j].Name })
+	var index []corev1.EnvVar
+	for _, e := range Env(m) {
+		if strings.HasPrefix(e.Name, "TETRA_INDEX") {
+			index = append(index, e)
+		}
+	}
+	b, err := json.Marshal(struct {
+		Secrets []secretVersion
+		Index   []corev1.EnvVar
+	}{versions, index})
+	if err != nil { // plain structs of strings: cannot happen
+		panic(fmt.Sprintf("render: fleet hash: %v", err))
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:16])
+}
+
 // Render renders the children of m. m must have a name, namespace and UID
 // (the owner reference needs them).
 func Render(m *tetrav1.Messenger, in Inputs) (Objects, error) {
@@ -605,8 +637,10 @@ func Render(m *tetrav1.Messenger, in Inputs) (Objects, error) {
 	}
 	tuningHash := TuningHash(cm.Data)
 
+	fleetHash := FleetHash(m, in)
 	podAnnotations := map[string]string{
 		tetrav1.ConfigHashAnnotation: hash,
+		tetrav1.FleetHashAnnotation:  fleetHash,
 		"prometheus.io/scrape":       "true",
 		"prometheus.io/port":         strconv.Itoa(MetricsPort),
 		"prometheus.io/path":         "/metrics",
@@ -713,7 +747,7 @@ func Render(m *tetrav1.Messenger, in Inputs) (Objects, error) {
 		},
 	}
 
-	out := Objects{ConfigMap: cm, Deployment: dep, Service: svc, ConfigHash: hash, TuningHash: tuningHash,
+	out := Objects{ConfigMap: cm, Deployment: dep, Service: svc, ConfigHash: hash, FleetHash: fleetHash, TuningHash: tuningHash,
 		NetworkPolicy: NetworkPolicy(m, in, meta(NetworkPolicyName(m)))}
 	if Replicas(m) > 1 {
 		out.PDB = &policyv1.PodDisruptionBudget{

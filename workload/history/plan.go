@@ -200,7 +200,16 @@ func (p *CommitPlan) Decide(k Known) {
 func (p *CommitPlan) duplicate(i int, key Key, k Known) bool {
 	d := p.drafts[i]
 	if orig, ok := k.Committed[key]; ok {
-		err := CheckResend(orig.ChatID, orig.Body, d)
+		// A deleted original's body is erased and an edited one's is the
+		// edit's: the body the key was first sent with is gone, so a
+		// resend is judged by its chat alone (a client resending a send
+		// whose answer it missed, after the message was edited or
+		// deleted, gets the original's id, not "another body").
+		body := orig.Body
+		if orig.Deleted || !orig.EditedAt.IsZero() {
+			body = d.Body
+		}
+		err := CheckResend(orig.ChatID, body, d)
 		if err == nil && (p.refs || orig.Kind() != KindMessage) {
 			// A plain send under an edit's or delete's key is not its
 			// resend (PROTOCOL.md §7.3: the rules of §3 hold for edits).

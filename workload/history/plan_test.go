@@ -55,3 +55,31 @@ func TestCommitPlan(t *testing.T) {
 		}
 	}
 }
+
+// A resend under the key of a message deleted or edited since is the
+// original's resend: its first body is erased or replaced, so only the
+// chat can be compared (a fresh user's retry after a delete was refused
+// "another body").
+func TestResendOfAnEditedOrDeletedMessage(t *testing.T) {
+	now := time.Now()
+	for name, orig := range map[string]Message{
+		"deleted": {Seq: 7, ID: "m0", ChatID: "c1", SenderID: "alice", CorrelationID: "k0", Body: "", Deleted: true},
+		"edited":  {Seq: 7, ID: "m0", ChatID: "c1", SenderID: "alice", CorrelationID: "k0", Body: "new text", EditedAt: now},
+	} {
+		p := NewCommitPlan([]Draft{
+			{ID: "m1", ChatID: "c1", SenderID: "alice", SenderDevice: "d", CorrelationID: "k0", Body: "hello bob", SentAt: now},
+			{ID: "m2", ChatID: "c2", SenderID: "alice", SenderDevice: "d", CorrelationID: "k0", Body: "hello bob", SentAt: now},
+		})
+		p.Decide(Known{
+			Members:   map[string][]string{"c1": {"alice", "bob"}, "c2": {"alice", "carol"}},
+			Committed: map[Key]Message{{"alice", "k0"}: orig},
+		})
+		rs := p.Finish()
+		if !rs[0].Duplicate || rs[0].Err != nil || rs[0].Message.ID != "m0" {
+			t.Errorf("%s: a resend to the same chat = %+v, want the original m0", name, rs[0])
+		}
+		if rs[1].Err == nil {
+			t.Errorf("%s: a resend to another chat was not refused: %+v", name, rs[1])
+		}
+	}
+}

@@ -128,10 +128,10 @@ func CommittedRefs(k *Known) {
 // checkRef applies the rules of PROTOCOL.md §7.3 to draft i, an edit or a
 // delete, from what the store read (k.Targets, updated by the earlier
 // drafts of this batch in p.targets): the target is an ordinary message
-// of the draft's chat in history (else ErrNotFound), not deleted
-// (ErrDeleted), and sent by the draft's sender; a delete is also allowed
-// to a group admin (k.Admin; nil means sender only). Otherwise
-// ErrForbidden. It returns the original as it is after this draft.
+// of the draft's chat in history (else ErrNotFound), sent by the draft's
+// sender, a delete also allowed to a group admin (k.Admin; nil means
+// sender only; otherwise ErrForbidden), and not deleted (ErrDeleted,
+// checked after the permission). It returns the original as it is after this draft.
 func (p *CommitPlan) checkRef(d Draft, k Known) (Message, error) {
 	id := d.ref()
 	orig, ok := p.targets[id]
@@ -143,16 +143,18 @@ func (p *CommitPlan) checkRef(d Draft, k Known) (Message, error) {
 		return Message{}, fmt.Errorf("%w: %q", ErrNoMessage, id)
 	case orig.Kind() != KindMessage:
 		return Message{}, fmt.Errorf("%w: message %q is an edit or a delete; edit or delete the original", ErrInvalid, id)
-	case orig.Deleted:
-		return orig, fmt.Errorf("%w: message %q", ErrDeleted, id)
-	case orig.SenderID != d.SenderID:
-		if d.Deletes != "" && k.Admin != nil && k.Admin(d.ChatID, d.SenderID) {
-			break
-		}
+	}
+	// Who may is checked before whether it still can be: another user's
+	// deleted message is forbidden to a non-admin too, as it was before
+	// the delete.
+	if orig.SenderID != d.SenderID && (d.Deletes == "" || k.Admin == nil || !k.Admin(d.ChatID, d.SenderID)) {
 		if d.Deletes != "" {
 			return Message{}, fmt.Errorf("%w: only the sender or a group admin may delete a message", ErrForbidden)
 		}
 		return Message{}, fmt.Errorf("%w: only the sender may edit a message", ErrForbidden)
+	}
+	if orig.Deleted {
+		return orig, fmt.Errorf("%w: message %q", ErrDeleted, id)
 	}
 	if d.Deletes != "" {
 		orig = orig.Tombstone()

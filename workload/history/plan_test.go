@@ -83,3 +83,21 @@ func TestResendOfAnEditedOrDeletedMessage(t *testing.T) {
 		}
 	}
 }
+
+// Another user's deleted message is still forbidden to a non-admin: the
+// permission is checked before the tombstone is answered (a fresh user
+// saw 403 for bob deleting alice's message, then 200 once it was deleted).
+func TestDeleteOfAnotherUsersDeletedMessageIsForbidden(t *testing.T) {
+	now := time.Now()
+	orig := Message{Seq: 7, ID: "m0", ChatID: "c1", SenderID: "alice", CorrelationID: "k0", Deleted: true}
+	p := NewCommitPlan([]Draft{{ID: "d1", ChatID: "c1", SenderID: "bob", SenderDevice: "d", CorrelationID: "delete-d1", Deletes: "m0", SentAt: now}})
+	p.Decide(Known{
+		Members: map[string][]string{"c1": {"alice", "bob"}},
+		Targets: map[string]Message{"m0": orig},
+		Admin:   func(string, string) bool { return false },
+	})
+	rs := p.Finish()
+	if !errors.Is(rs[0].Err, ErrForbidden) {
+		t.Fatalf("bob deleting alice's deleted message: %+v, want ErrForbidden", rs[0])
+	}
+}

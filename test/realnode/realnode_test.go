@@ -209,7 +209,20 @@ func (n *node) serviceURL(name string) string {
 	if err := n.c.Get(ctx(), types.NamespacedName{Namespace: ns, Name: name}, &svc); err != nil {
 		n.t.Fatal(err)
 	}
-	return "http://" + svc.Spec.ClusterIP + ":8080"
+	url := "http://" + svc.Spec.ClusterIP + ":8080"
+	// Ready pods are not yet a reachable Service: kube-proxy programs the
+	// ClusterIP a moment after the EndpointSlice names them, and until then
+	// a connection is refused (a CI run's load generator failed on its first
+	// POST so). Wait until the Service itself answers.
+	waitFor(n.t, time.Minute, "Service "+name+" to answer /readyz", func() (bool, string) {
+		resp, err := (&http.Client{Timeout: 5 * time.Second}).Get(url + "/readyz")
+		if err != nil {
+			return false, err.Error()
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, resp.Status
+	})
+	return url
 }
 
 func (n *node) token(user string) string {

@@ -38,6 +38,7 @@ func Run(t *testing.T, newStore func(t *testing.T) history.Store) {
 		{"CommitMembersAtCommitTime", testCommitMembersAtCommitTime},
 		{"CommitDuplicateAcrossBatches", testCommitDuplicateAcrossBatches},
 		{"CommitDuplicateWithinBatch", testCommitDuplicateWithinBatch},
+		{"CommitResendAfterLeaving", testCommitResendAfterLeaving},
 		{"CommitKeyReusedForOtherContent", testCommitKeyReusedForOtherContent},
 		{"CommitPerDraftErrors", testCommitPerDraftErrors},
 		{"CommitFailedDraftKeepsKeyFree", testCommitFailedDraftKeepsKeyFree},
@@ -650,6 +651,36 @@ func testCommitDuplicateAcrossBatches(t *testing.T, s history.Store) {
 	got := PageAll(t, s, d.ID, "", 10)
 	if want := []string{first.Message.ID, other.Message.ID}; !slices.Equal(ids(got), want) {
 		t.Errorf("history = %v, want %v", ids(got), want)
+	}
+}
+
+// testCommitResendAfterLeaving: the idempotency key is checked before the
+// membership rule, so a resend from a sender who has left the group since
+// answers the original (in a batch of its own, and beside new messages of
+// members), where a new message from it is refused with ErrNotMember.
+func testCommitResendAfterLeaving(t *testing.T, s history.Store) {
+	ctx := ctxFor(t)
+	g := mustGroup(t, s, "alice", "g", "bob")
+	first := MustCommit(t, s, Draft(g.ID, "bob", "k-1", "before leaving"))[0]
+	if _, _, err := s.RemoveMember(ctx, g.ID, "bob", "bob"); err != nil {
+		t.Fatal(err)
+	}
+	r := MustCommit(t, s, Draft(g.ID, "bob", "k-1", "before leaving"))[0]
+	if r.Err != nil || !r.Duplicate || r.Message.ID != first.Message.ID {
+		t.Errorf("resend after leaving = %+v, want the original as a duplicate", r)
+	}
+	res, err := s.Commit(ctx, []history.Draft{Draft(g.ID, "alice", "a-1", "new"), Draft(g.ID, "bob", "k-1", "before leaving"), Draft(g.ID, "bob", "k-2", "after leaving")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res[0].Err != nil || res[0].Duplicate {
+		t.Errorf("a member's new message = %+v, want it stored", res[0])
+	}
+	if !res[1].Duplicate || res[1].Message.ID != first.Message.ID {
+		t.Errorf("resend after leaving, in a batch = %+v, want the original as a duplicate", res[1])
+	}
+	if !errors.Is(res[2].Err, history.ErrNotMember) {
+		t.Errorf("a new message after leaving: err %v, want ErrNotMember", res[2].Err)
 	}
 }
 

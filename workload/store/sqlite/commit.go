@@ -42,6 +42,32 @@ func (db *DB) Commit(ctx context.Context, drafts []history.Draft) ([]history.Res
 	if !plan.Valid() {
 		return plan.Results, nil
 	}
+	if !plan.HasRefs() {
+		res, err := db.commit(ctx, plan, true)
+		if !errors.Is(err, errOptimism) {
+			return res, err
+		}
+		plan = history.NewCommitPlan(drafts)
+	}
+	return db.commit(ctx, plan, false)
+}
+
+// errOptimism is what an optimistic commit returns when the batch is not
+// what it bet on (see commit): its transaction is rolled back and the
+// batch is committed again with every read.
+var errOptimism = errors.New("sqlite: optimistic commit: a key or id is taken, or a draft is refused")
+
+// commit is one try of Commit's transaction. optimistic bets that the
+// batch is the common case, new messages from members: it reads only the
+// member lists, not whether a key or an id is taken, so the statements
+// that would find nothing (most batches) do not run. A taken key or id
+// then fails its insert on history's UNIQUE constraints, which INSERT OR
+// ROLLBACK turns into the rollback of the whole transaction, and a draft
+// the plan refuses may be a resend whose original answers it; either
+// returns errOptimism with nothing stored, and Commit tries again with
+// optimistic false, which reads everything first (the order the plan's
+// rules need). Batches with edits or deletes are never optimistic.
+func (db *DB) commit(ctx context.Context, plan *history.CommitPlan, optimistic bool) ([]history.Result, error) {
 	tx, err := db.w.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, unavailable("commit", err)
@@ -58,12 +84,31 @@ func (db *DB) Commit(ctx context.Context, drafts []history.Draft) ([]history.Res
 		tx:        tx,
 		createdAt: nanos(time.Now()),
 	}
-	known, err := c.read(plan)
+	var known history.Known
+	if optimistic {
+		known, err = c.readMembers(plan)
+	} else {
+		known, err = c.read(plan)
+	}
 	if err != nil {
 		return nil, err
 	}
+	valid := make([]bool, len(plan.Results))
+	for i, r := range plan.Results {
+		valid[i] = r.Err == nil
+	}
 	plan.Decide(known)
+	if optimistic {
+		for i, r := range plan.Results {
+			if valid[i] && r.Err != nil {
+				return nil, errOptimism
+			}
+		}
+	}
 	if err := c.insert(plan); err != nil {
+		if optimistic && isConstraint(err) {
+			return nil, errOptimism
+		}
 		return nil, err
 	}
 	if plan.HasRefs() { // edits and deletes only (edits.go)
@@ -90,22 +135,11 @@ type committer struct {
 // chats of the originals its keys name, the messages under its keys, and
 // which of its ids are used.
 func (c *committer) read(plan *history.CommitPlan) (history.Known, error) {
-	k := history.Known{Members: map[string][]string{}, Committed: map[history.Key]history.Message{}, UsedIDs: map[string]bool{}}
-	need := func(chat string) error {
-		if _, ok := k.Members[chat]; ok {
-			return nil
-		}
-		ms, err := c.members(chat)
-		if ms != nil {
-			k.Members[chat] = ms
-		}
-		return err
+	k, err := c.readMembers(plan)
+	if err != nil {
+		return k, err
 	}
-	for _, chat := range plan.Chats() {
-		if err := need(chat); err != nil {
-			return k, err
-		}
-	}
+	need := func(chat string) error { return c.need(k, chat) }
 	if err := c.readKeys(plan.Keys(), k.Committed); err != nil {
 		return k, err
 	}
@@ -127,6 +161,31 @@ func (c *committer) read(plan *history.CommitPlan) (history.Known, error) {
 		}
 	}
 	return k, nil
+}
+
+// readMembers reads the member lists of the chats plan names, and only
+// them: what an optimistic commit reads (see commit).
+func (c *committer) readMembers(plan *history.CommitPlan) (history.Known, error) {
+	k := history.Known{Members: map[string][]string{}, Committed: map[history.Key]history.Message{}, UsedIDs: map[string]bool{}}
+	for _, chat := range plan.Chats() {
+		if err := c.need(k, chat); err != nil {
+			return k, err
+		}
+	}
+	return k, nil
+}
+
+// need adds the members of chat to k.Members unless they are there or the
+// chat is unknown.
+func (c *committer) need(k history.Known, chat string) error {
+	if _, ok := k.Members[chat]; ok {
+		return nil
+	}
+	ms, err := c.members(chat)
+	if ms != nil {
+		k.Members[chat] = ms
+	}
+	return err
 }
 
 // readKeys adds the messages stored under keys to into: an index probe per
@@ -175,14 +234,20 @@ func (c *committer) readIDs(ids []string, into map[string]bool) error {
 
 // insert stores the planned messages: their history rows, then (with
 // the outbox on) one outbox row per member, each kind in multi-row
-// INSERTs (manyStmt). The ids are assigned here, in plan
-// order, from the tables' AUTOINCREMENT counters read in this transaction:
-// the store has one writer and the transaction holds the file's write lock
-// (BEGIN IMMEDIATE), so no other id can be taken between the read and the
+// INSERTs (manyStmt). The tables' AUTOINCREMENT counters, read in this
+// transaction, tell the ids SQLite assigns, in plan order: the store has
+// one writer and the transaction holds the file's write lock (BEGIN
+// IMMEDIATE), so no other id can be taken between the read and the
 // inserts, and an id is never reused (sqlite_sequence keeps the highest id
-// ever stored, deleted rows included; inserting explicit ids moves it up).
-// The plan found every key and id free and nothing else writes, so a row
-// not inserted is the store's failure (manyStmt.exec checks the count).
+// ever stored, deleted rows included). Each statement's last id is checked
+// against the one planned (manyStmt.insert). SQLite assigns the ids, not
+// the statement, because an explicit INTEGER PRIMARY KEY value may fail
+// its type check midway, which makes SQLite keep a statement journal (a
+// copy of every page the statement changes, a twentieth of Commit); with
+// INSERT OR ROLLBACK and the writer's foreign keys off (config.go), no
+// statement can stop halfway, so none is kept. A row not inserted is the
+// store's failure, or in an optimistic commit a key or id already taken
+// (see commit).
 func (c *committer) insert(plan *history.CommitPlan) error {
 	if len(plan.Inserts) == 0 {
 		return nil
@@ -197,13 +262,13 @@ func (c *committer) insert(plan *history.CommitPlan) error {
 	}
 	for k0 := 0; k0 < len(plan.Inserts); k0 += maxRows {
 		k1 := min(k0+maxRows, len(plan.Inserts))
-		args := make([]any, 0, 8*(k1-k0))
+		args := make([]any, 0, 7*(k1-k0))
 		for k := k0; k < k1; k++ {
 			msg := plan.Results[plan.Inserts[k]].Message
-			args = append(args, seqs[k], msg.ID, msg.ChatID, msg.SenderID, msg.SenderDevice,
+			args = append(args, msg.ID, msg.ChatID, msg.SenderID, msg.SenderDevice,
 				msg.CorrelationID, msg.Body, nanos(msg.SentAt))
 		}
-		if err := c.db.insertHistory.exec(c.ctx, c.tx, k1-k0, args); err != nil {
+		if err := c.db.insertHistory.insert(c.ctx, c.tx, k1-k0, args, seqs[k0]); err != nil {
 			return unavailable("commit: insert history", err)
 		}
 	}
@@ -218,25 +283,25 @@ func (c *committer) insert(plan *history.CommitPlan) error {
 	for _, i := range plan.Inserts {
 		rows += len(plan.Results[i].Members)
 	}
-	args := make([]any, 0, 4*min(rows, maxRows))
+	args := make([]any, 0, 3*min(rows, maxRows))
+	pos := outSeq
 	flush := func() error {
 		if len(args) == 0 {
 			return nil
 		}
-		n := len(args) / 4
-		err := c.db.insertOutbox.exec(c.ctx, c.tx, n, args)
+		n := len(args) / 3
+		err := c.db.insertOutbox.insert(c.ctx, c.tx, n, args, pos-int64(n)+1)
 		args = args[:0]
 		return err
 	}
-	pos := outSeq
 	for k, i := range plan.Inserts {
 		members := plan.Results[i].Members
 		deliveries := make([]history.Delivery, len(members))
 		for j, m := range members {
 			pos++
-			args = append(args, pos, m, seqs[k], c.createdAt)
+			args = append(args, m, seqs[k], c.createdAt)
 			deliveries[j] = history.Delivery{Recipient: m, Partition: Partition, Pos: pos}
-			if len(args) == 4*maxRows {
+			if len(args) == 3*maxRows {
 				if err := flush(); err != nil {
 					return unavailable("commit: insert outbox", err)
 				}

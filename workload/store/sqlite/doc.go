@@ -6,10 +6,11 @@
 // off it stores history only, for a deployment whose log is Kafka.
 //
 // The file runs in WAL mode with synchronous=FULL (G1: an accepted message
-// survives power loss) and foreign keys on. All writes go through a single
+// survives power loss). All writes go through a single
 // dedicated connection, so write transactions never interleave: Commit's
 // history row comes first and its outbox rows follow in the same
-// transaction (invariant I1, also enforced by a foreign key), and outbox
+// transaction (invariant I1; the schema's foreign keys are checked by a
+// test, not on every insert: see writerDSN in config.go), and outbox
 // positions, AUTOINCREMENT ids that are never reused, are assigned in commit
 // order, which is what lets a follower scan forward from its last position
 // without skipping a row. Reads go to a separate pool of query-only

@@ -99,7 +99,7 @@ func (db *DB) SaveReads(ctx context.Context, reads []history.Read) error {
 // PurgeHistory deletes up to limit history rows with SentAt before cutoff,
 // oldest SentAt first, and returns how many it deleted. The outbox rows of
 // those messages are deleted first, in the same transaction, so no outbox
-// row outlives its history row (invariant I1; a foreign key enforces it).
+// row outlives its history row (invariant I1).
 // limit < 1 gives ErrInvalid.
 func (db *DB) PurgeHistory(ctx context.Context, cutoff time.Time, limit int) (int64, error) {
 	if limit < 1 {

@@ -58,16 +58,23 @@ func (m *manyStmt) chunks(n int, args []any, f func(k int, st *sql.Stmt, args []
 	return nil
 }
 
-// exec inserts n rows (args in row order) in tx and fails unless every one
-// was stored.
-func (m *manyStmt) exec(ctx context.Context, tx *sql.Tx, n int, args []any) error {
+// insert inserts n rows (args in row order) in tx, which get consecutive
+// AUTOINCREMENT ids from firstID on, and fails unless every one was stored
+// with the id planned (each statement's last id is checked).
+func (m *manyStmt) insert(ctx context.Context, tx *sql.Tx, n int, args []any, firstID int64) error {
+	next := firstID
 	return m.chunks(n, args, func(k int, st *sql.Stmt, args []any) error {
 		res, err := tx.StmtContext(ctx, st).ExecContext(ctx, args...)
 		if err != nil {
 			return err
 		}
-		if got, err := res.RowsAffected(); err != nil || got != int64(k) {
+		got, err := res.RowsAffected()
+		if err != nil || got != int64(k) {
 			return fmt.Errorf("%d of %d rows stored (%v)", got, k, err)
+		}
+		next += int64(k)
+		if last, err := res.LastInsertId(); err != nil || last != next-1 {
+			return fmt.Errorf("rows stored up to id %d, planned %d (%v)", last, next-1, err)
 		}
 		return nil
 	})

@@ -167,12 +167,13 @@ func (db *DB) prepare(ctx context.Context) error {
 	many(&db.readIDs, 1, "?", func(list string) string {
 		return `SELECT message_id FROM history WHERE message_id IN (` + list + `)`
 	})
-	many(&db.insertHistory, 8, "(?, ?, ?, ?, ?, ?, ?, ?)", func(list string) string {
-		return `INSERT INTO history (id, message_id, chat_id, sender_id, sender_device, correlation_id, body, sent_at)
+	// OR ROLLBACK, and ids left to AUTOINCREMENT: see committer.insert.
+	many(&db.insertHistory, 7, "(?, ?, ?, ?, ?, ?, ?)", func(list string) string {
+		return `INSERT OR ROLLBACK INTO history (message_id, chat_id, sender_id, sender_device, correlation_id, body, sent_at)
 		VALUES ` + list
 	})
-	many(&db.insertOutbox, 4, "(?, ?, ?, ?)", func(list string) string {
-		return `INSERT INTO outbox (id, recipient, history_id, created_at) VALUES ` + list
+	many(&db.insertOutbox, 3, "(?, ?, ?)", func(list string) string {
+		return `INSERT OR ROLLBACK INTO outbox (recipient, history_id, created_at) VALUES ` + list
 	})
 	prep(db.r, &db.rPage, pageQuery)
 	prep(db.r, &db.rScan, scanQuery)
@@ -245,6 +246,17 @@ func isFull(err error) bool {
 // logUnavailable wraps a backend failure for the outbox.Log methods.
 func logUnavailable(op string, err error) error {
 	return fmt.Errorf("sqlite: outbox %s: %w: %w", op, outbox.ErrUnavailable, err)
+}
+
+// sqliteConstraint is SQLITE_CONSTRAINT, the primary result code of a
+// statement a UNIQUE, NOT NULL, CHECK or foreign key constraint stopped.
+const sqliteConstraint = 19
+
+// isConstraint reports whether err is SQLite's SQLITE_CONSTRAINT (any
+// extended code).
+func isConstraint(err error) bool {
+	var se interface{ Code() int }
+	return errors.As(err, &se) && se.Code()&0xff == sqliteConstraint
 }
 
 // rollback ends tx when it was not committed; after a Commit it is a no-op.

@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -165,8 +166,8 @@ func TestOpenCreatesDirectoryAndPragmas(t *testing.T) {
 	if err := db.w.QueryRowContext(ctx, `PRAGMA synchronous`).Scan(&sync); err != nil || sync != 2 {
 		t.Errorf("synchronous = %d, %v; want 2 (FULL)", sync, err)
 	}
-	if err := db.w.QueryRowContext(ctx, `PRAGMA foreign_keys`).Scan(&fk); err != nil || fk != 1 {
-		t.Errorf("writer foreign_keys = %d, %v; want 1", fk, err)
+	if err := db.w.QueryRowContext(ctx, `PRAGMA foreign_keys`).Scan(&fk); err != nil || fk != 0 {
+		t.Errorf("writer foreign_keys = %d, %v; want 0 (writerDSN; TestForeignKeysHoldWithoutEnforcement)", fk, err)
 	}
 	if err := db.w.QueryRowContext(ctx, `PRAGMA busy_timeout`).Scan(&busy); err != nil || busy != 5000 {
 		t.Errorf("writer busy_timeout = %d, %v; want 5000", busy, err)
@@ -632,4 +633,38 @@ func TestUnreadPlan(t *testing.T) {
 	if !strings.Contains(text, "COVERING INDEX history_unread (chat_id=? AND id>?)") || strings.Contains(text, "TEMP B-TREE") {
 		t.Errorf("unread count plan is not a range of the covering index history_unread:\n%s", text)
 	}
+}
+
+// TestForeignKeysHoldWithoutEnforcement runs the conformance suites on
+// stores whose writer does not enforce foreign keys (writerDSN) and then
+// asks SQLite for every row whose parent is missing: the references the
+// schema declares (a history row's chat, an outbox row's history row:
+// invariant I1, a member's chat) hold by construction.
+func TestForeignKeysHoldWithoutEnforcement(t *testing.T) {
+	t.Parallel()
+	checked := func(t *testing.T, db *DB) *DB {
+		t.Cleanup(func() { // before openDB's Close: cleanups run last first
+			rows, err := db.w.QueryContext(context.Background(), `PRAGMA foreign_key_check`)
+			if err != nil {
+				t.Fatalf("foreign_key_check: %v", err)
+			}
+			defer rows.Close()
+			for rows.Next() {
+				var table, parent string
+				var rowid sql.NullInt64
+				var fk int
+				if err := rows.Scan(&table, &rowid, &parent, &fk); err != nil {
+					t.Fatal(err)
+				}
+				t.Errorf("%s row %v refers to a missing %s row", table, rowid.Int64, parent)
+			}
+		})
+		return db
+	}
+	t.Run("history", func(t *testing.T) {
+		historytest.Run(t, func(t *testing.T) history.Store { return checked(t, newDB(t)) })
+	})
+	t.Run("outbox", func(t *testing.T) {
+		outboxtest.Run(t, func(t *testing.T) outboxtest.Harness { return newHarness(checked(t, newDB(t))) })
+	})
 }

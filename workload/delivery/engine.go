@@ -58,6 +58,12 @@ type Config struct {
 	// the server drops what it caches about the chat's members. It must
 	// not block.
 	OnExcluded func(chatID string)
+	// AckWait is how long acknowledgements gather before they are recorded
+	// in an index that can record many clients' at once
+	// (waterline.ManyAcker: Redis), in one round trip (see ackBatcher).
+	// Default 2 ms; negative records each ack frame on its own, on the
+	// connection's goroutine. An in-process index records each at once.
+	AckWait time.Duration
 	// Nudges, when set, receives the offline nudges (the committed
 	// messages' recipients with no connection here, and the messages a
 	// reaper's withdrawal left unacknowledged) and this process's
@@ -80,6 +86,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.OwnerTTL <= 0 {
 		c.OwnerTTL = 30 * time.Second
+	}
+	if c.AckWait == 0 {
+		c.AckWait = 2 * time.Millisecond
 	}
 	if c.Holder == "" {
 		c.Holder = "poller-" + ulid.Make().String()
@@ -126,8 +135,9 @@ type Engine struct {
 
 	partitions []int32
 	scanPos    map[int32]*atomic.Int64
-	gc         *collector // the waterline GC (gc.go)
-	cover      *coverage  // commits the fast path delivered whole (cover.go)
+	gc         *collector  // the waterline GC (gc.go)
+	ackQ       *ackBatcher // nil: each Ack records itself (ackbatch.go)
+	cover      *coverage   // commits the fast path delivered whole (cover.go)
 
 	// fastQ has one queue per worker; a connection's items always go to
 	// the same worker, so each connection sees commit order.
@@ -202,6 +212,9 @@ func New(log outbox.Log, idx waterline.Index, tuning func() config.Tuning, cfg C
 		stats:    Stats{Withdrawals: map[string]int64{}, Rebuilds: map[string]int64{}, SafeLine: map[int32]int64{}},
 	}
 	e.gc = newCollector(e)
+	if many, ok := idx.(waterline.ManyAcker); ok && e.cfg.AckWait > 0 {
+		e.ackQ = newAckBatcher(e, many, e.cfg.AckWait)
+	}
 	return e, nil
 }
 
@@ -251,6 +264,10 @@ func (e *Engine) Start(ctx context.Context) error {
 	for i := 0; i < e.cfg.Concurrency; i++ {
 		e.wg.Add(1)
 		go e.fastWorker(rctx, e.fastQ[i])
+	}
+	if e.ackQ != nil {
+		e.wg.Add(1)
+		go e.ackQ.loop(rctx)
 	}
 	e.wg.Add(3)
 	go e.pollLoop(rctx)
@@ -445,9 +462,11 @@ func (e *Engine) Registered(m *Member) bool { return e.reg.has(m) }
 func (e *Engine) Touch(m *Member) { m.lastSeen.Store(e.now().UnixNano()) }
 
 // Ack removes acknowledged message ids from m's push window and from its
-// pending set in the index. Freeing room in the window of a member that has
-// messages waiting wakes the poller, which sends them (catchUp). Ids that
-// are not outstanding are ignored.
+// pending set in the index: at once with an in-process index, within
+// Config.AckWait with one that records many clients' at once (Redis; see
+// ackBatcher), when it always returns nil. Freeing room in the window of a
+// member that has messages waiting wakes the poller, which sends them
+// (catchUp). Ids that are not outstanding are ignored.
 func (e *Engine) Ack(ctx context.Context, m *Member, ids []string) error {
 	e.Touch(m)
 	m.mu.Lock()
@@ -467,6 +486,10 @@ func (e *Engine) Ack(ctx context.Context, m *Member, ids []string) error {
 		e.wakePoller()
 	}
 	e.acks.Add(int64(len(ids)))
+	if e.ackQ != nil {
+		e.ackQ.add(m.client.ID, ids)
+		return nil
+	}
 	e.idxMu.RLock()
 	_, err := e.idx.Ack(ctx, m.client.ID, ids)
 	e.idxMu.RUnlock()

@@ -159,6 +159,24 @@ type ManySender interface {
 	SentMany(ctx context.Context, batches []SentBatch, leaseUntil time.Time) []error
 }
 
+// AckBatch is one client's part of an AckMany call.
+type AckBatch struct {
+	ClientID   string
+	MessageIDs []string
+}
+
+// ManyAcker is an Index that can record the acknowledgements of many
+// clients at once: AckMany(ctx, batches) has the effect of
+// Ack(ctx, b.ClientID, b.MessageIDs) for each batch, in order, in one round
+// trip for a remote index (the engine gathers the acknowledgements of all
+// its connections for a moment and records them with it). It returns one
+// error per batch (nil, ErrUnknownClient, or an error wrapping
+// ErrUnavailable), and a batch that failed wrote nothing. Each batch is
+// atomic as Ack is; the calls as a whole are not.
+type ManyAcker interface {
+	AckMany(ctx context.Context, batches []AckBatch) []error
+}
+
 // Claim says that connection ConnID of (User, Device), registered by the
 // process Owner, is that device's newest connection (PROTOCOL.md §3: single
 // active session per (user, device)).

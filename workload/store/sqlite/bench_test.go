@@ -30,6 +30,18 @@ func BenchmarkCommit(b *testing.B) {
 	}
 }
 
+// BenchmarkCommitBatch is BenchmarkCommit (synchronous=FULL, 100 chats)
+// by batch size: what a message costs beyond its batch's fixed part (the
+// fsync, the pages every commit writes), which the accept pipeline's
+// BatchWait and BatchSize trade against latency.
+func BenchmarkCommitBatch(b *testing.B) {
+	for _, batch := range []int{12, 24, 36, 72} {
+		b.Run(fmt.Sprintf("batch=%d", batch), func(b *testing.B) {
+			benchmarkCommit(b, batch, 100, func(c *Config) {})
+		})
+	}
+}
+
 func benchmarkCommit(b *testing.B, batch, chats int, edit func(*Config)) {
 	db := newDB(b, edit)
 	ctx := b.Context()

@@ -117,13 +117,53 @@ func (x *Index) SentMany(ctx context.Context, batches []waterline.SentBatch, lea
 			todo = append(todo, i)
 		}
 	}
+	x.evalMany(ctx, "sent", sentScript, todo, errs, func(i int) ([]string, []any) {
+		return []string{x.kClients, x.kState(batches[i].ClientID), x.kLease}, args[i]
+	}, func(i int) string { return batches[i].ClientID })
+	return errs
+}
+
+// AckMany is Ack for each batch, in one pipelined round trip (one script
+// call per batch, so each batch is atomic as Ack is), with SentMany's
+// handling of a lost script. Errors are per batch, as waterline.ManyAcker
+// says.
+func (x *Index) AckMany(ctx context.Context, batches []waterline.AckBatch) []error {
+	errs := make([]error, len(batches))
+	todo := make([]int, len(batches))
+	for i := range batches {
+		todo[i] = i
+	}
+	x.evalMany(ctx, "ack", ackScript, todo, errs, func(i int) ([]string, []any) {
+		return x.ackCall(batches[i].ClientID, batches[i].MessageIDs)
+	}, func(i int) string { return batches[i].ClientID })
+	return errs
+}
+
+// ackCall is the keys and arguments of ackScript for one client.
+func (x *Index) ackCall(clientID string, messageIDs []string) ([]string, []any) {
+	args := make([]any, 0, 2+len(messageIDs))
+	args = append(args, x.cfg.Prefix, clientID)
+	for _, id := range messageIDs {
+		args = append(args, id)
+	}
+	return []string{x.kClients, x.kState(clientID), x.kLease}, args
+}
+
+// evalMany runs script once for each call i of todo, with call(i)'s keys
+// and arguments, in one pipelined round trip, and sets errs[i] from its
+// answer: unavailable, or unknown (for client(i)) when the script returned
+// -1. When Redis lost the script (a restart, a failover) it loads it and
+// runs the calls that failed with NOSCRIPT (which wrote nothing) once more.
+func (x *Index) evalMany(ctx context.Context, op string, script *goredis.Script, todo []int, errs []error,
+	call func(i int) ([]string, []any), client func(i int) string) {
 	cctx, cancel := x.call(ctx)
 	defer cancel()
 	for attempt := 0; attempt < 2 && len(todo) > 0; attempt++ {
 		pipe := x.rdb.Pipeline()
 		cmds := make([]*goredis.Cmd, len(todo))
 		for k, i := range todo {
-			cmds[k] = sentScript.EvalSha(cctx, pipe, []string{x.kClients, x.kState(batches[i].ClientID), x.kLease}, args[i]...)
+			keys, args := call(i)
+			cmds[k] = script.EvalSha(cctx, pipe, keys, args...)
 		}
 		_, _ = pipe.Exec(cctx) // read per command below
 		var again []int
@@ -133,22 +173,21 @@ func (x *Index) SentMany(ctx context.Context, batches []waterline.SentBatch, lea
 			case err != nil && attempt == 0 && goredis.HasErrorPrefix(err, "NOSCRIPT"):
 				again = append(again, i)
 			case err != nil:
-				errs[i] = unavailable("sent", err)
+				errs[i] = unavailable(op, err)
 			case n < 0:
-				errs[i] = unknown("sent", batches[i].ClientID)
+				errs[i] = unknown(op, client(i))
 			}
 		}
 		if len(again) > 0 {
-			if err := sentScript.Load(cctx, x.rdb).Err(); err != nil {
+			if err := script.Load(cctx, x.rdb).Err(); err != nil {
 				for _, i := range again {
-					errs[i] = unavailable("sent: load the script", err)
+					errs[i] = unavailable(op+": load the script", err)
 				}
-				return errs
+				return
 			}
 		}
 		todo = again
 	}
-	return errs
 }
 
 // Restore adds entries to the client's pending set, each with its Attempts
@@ -247,14 +286,10 @@ func (x *Index) record(ctx context.Context, op, clientID string, entries []water
 // pins when nothing remains). It returns the pending count after, or
 // waterline.ErrUnknownClient with nothing written.
 func (x *Index) Ack(ctx context.Context, clientID string, messageIDs []string) (int, error) {
-	args := make([]any, 0, 2+len(messageIDs))
-	args = append(args, x.cfg.Prefix, clientID)
-	for _, id := range messageIDs {
-		args = append(args, id)
-	}
+	keys, args := x.ackCall(clientID, messageIDs)
 	cctx, cancel := x.call(ctx)
 	defer cancel()
-	n, err := ackScript.Run(cctx, x.rdb, []string{x.kClients, x.kState(clientID), x.kLease}, args...).Int64()
+	n, err := ackScript.Run(cctx, x.rdb, keys, args...).Int64()
 	if err != nil {
 		return 0, unavailable("ack", err)
 	}

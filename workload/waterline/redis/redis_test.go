@@ -401,3 +401,60 @@ func TestSentManyAfterScriptFlush(t *testing.T) {
 		t.Errorf("after SentMany: %+v; want m1 and m3, one attempt each", due)
 	}
 }
+
+// AckMany is Ack for each batch in one pipelined round trip, by SHA like
+// SentMany: after SCRIPT FLUSH it loads the script and records every
+// batch; an unregistered client's batch gets ErrUnknownClient and the
+// others are recorded (the pins move as Ack moves them).
+func TestAckManyAfterScriptFlush(t *testing.T) {
+	ctx := t.Context()
+	x, cfg := newIndex(t)
+	for _, id := range []string{"a", "b"} {
+		if err := x.Connect(ctx, waterline.Client{ID: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lease := time.Now().Add(time.Minute)
+	for _, b := range []waterline.SentBatch{
+		{ClientID: "a", Entries: []waterline.Entry{{MessageID: "m1", Pos: 1}, {MessageID: "m2", Pos: 2}}},
+		{ClientID: "b", Entries: []waterline.Entry{{MessageID: "m3", Pos: 3}}},
+	} {
+		if _, err := x.Sent(ctx, b.ClientID, b.Entries, lease); err != nil {
+			t.Fatal(err)
+		}
+	}
+	opt, err := goredis.ParseURL(cfg.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := goredis.NewClient(opt)
+	defer admin.Close()
+	if err := admin.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	errs := x.AckMany(ctx, []waterline.AckBatch{
+		{ClientID: "a", MessageIDs: []string{"m1"}},
+		{ClientID: "nobody", MessageIDs: []string{"m9"}},
+		{ClientID: "b", MessageIDs: []string{"m3"}},
+	})
+	if errs[0] != nil || errs[2] != nil || !errors.Is(errs[1], waterline.ErrUnknownClient) {
+		t.Fatalf("AckMany after SCRIPT FLUSH: %v; want nil, ErrUnknownClient, nil", errs)
+	}
+	st, err := x.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Pending != 1 {
+		t.Errorf("pending after AckMany = %d, want 1 (a's m2)", st.Pending)
+	}
+	id, err := x.Identity(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := x.MarkPrimed(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if line, ok, err := x.SafeLine(ctx, 0, id); err != nil || !ok || line != 2 {
+		t.Errorf("SafeLine after AckMany = %d %v %v, want 2 (a's pin moved to m2, b's gone)", line, ok, err)
+	}
+}

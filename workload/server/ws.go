@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"net/http"
@@ -445,8 +446,9 @@ func (c *session) reader(ctx context.Context) {
 	})
 	defer stop()
 	never := context.WithoutCancel(ctx)
+	var buf bytes.Buffer
 	for {
-		typ, data, err := c.ws.Read(never)
+		typ, data, err := c.readFrame(never, &buf)
 		if err != nil {
 			if errors.Is(err, websocket.ErrMessageTooBig) {
 				// The library has sent its close frame already; this
@@ -475,6 +477,29 @@ func (c *session) reader(ctx context.Context) {
 			return
 		}
 	}
+}
+
+// maxKeptReadBuffer is the largest read buffer a session keeps between
+// frames; one grown by a bigger frame is dropped after it.
+const maxKeptReadBuffer = 16 << 10
+
+// readFrame is the socket's Read (coder/websocket's io.ReadAll of the next
+// message, with its read limit) into buf, which the reader reuses for
+// every frame instead of allocating one per frame: data is buf's bytes,
+// valid until the next call (handle copies what it keeps).
+func (c *session) readFrame(ctx context.Context, buf *bytes.Buffer) (websocket.MessageType, []byte, error) {
+	if buf.Cap() > maxKeptReadBuffer {
+		*buf = bytes.Buffer{}
+	}
+	buf.Reset()
+	typ, r, err := c.ws.Reader(ctx)
+	if err != nil {
+		return 0, nil, err
+	}
+	if _, err := buf.ReadFrom(r); err != nil {
+		return 0, nil, err
+	}
+	return typ, buf.Bytes(), nil
 }
 
 func (c *session) handle(ctx context.Context, data []byte) {

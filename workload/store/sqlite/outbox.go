@@ -61,7 +61,11 @@ func (db *DB) Scan(ctx context.Context, partition int32, after int64, limit int)
 		return nil, logUnavailable("scan", err)
 	}
 	defer rows.Close()
-	out := make([]outbox.Row, 0, min(limit, 1024))
+	// Grown by append: most scans find few rows or none (the fast path
+	// delivered them), and a slice sized for the limit cost every poll
+	// hundreds of kilobytes of garbage (70 % of the bytes BenchmarkE2EPair
+	// allocated).
+	var out []outbox.Row
 	for rows.Next() {
 		var r outbox.Row
 		var created, sentAt, editedAt int64

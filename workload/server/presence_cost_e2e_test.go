@@ -134,6 +134,13 @@ func TestFleetPresenceCostPerChange(t *testing.T) {
 		time.Sleep(d)
 		return delta(before, redisCalls(t, rc))
 	}
+	// The watchers' own presence changes (a script and a PUBLISH each) are
+	// applied in order by each process's tracker: wait until they are done.
+	for deadline := time.Now().Add(2 * time.Minute); quiet(time.Second)["publish"] > 5; {
+		if time.Now().After(deadline) {
+			t.Fatal("the watchers' presence changes were still being published after 2 minutes")
+		}
+	}
 	background := quiet(2 * time.Second)
 	// net is a change's count of each command, less what the background
 	// ran in a window as long; "" is the total.

@@ -105,6 +105,13 @@ type Config struct {
 	// IndexFaultLag is how far behind the master the stale replica is;
 	// default 2 s.
 	IndexFaultLag time.Duration
+	// TypingMembers, when > 0, adds a group of that many clients of their
+	// own (2 to 1,000, the group limit) that send typing frames during the
+	// send phase (typing.go); 0, the default, none.
+	TypingMembers int
+	// TypingInterval is how often each of them sends one; default
+	// protocol.TypingInterval (2 s: a client whose user keeps typing).
+	TypingInterval time.Duration
 }
 
 // DefaultConfig is the acceptance run: 200 clients in pairs at
@@ -152,6 +159,13 @@ func (c *Config) validate() error {
 		return errors.New("--index-fault flush needs --index redis://... (the in-process index has nothing to flush)")
 	case c.IndexFaultAt < 0 || c.IndexFaultEvery < 0 || c.IndexFaultLag < 0:
 		return errors.New("index fault times must be >= 0")
+	case c.TypingMembers != 0 && (c.TypingMembers < 2 || c.TypingMembers > 1000):
+		return fmt.Errorf("typing members must be 0 (none) or 2 to 1000 (one group), got %d", c.TypingMembers)
+	case c.TypingInterval < 0:
+		return fmt.Errorf("typing interval must be >= 0, got %v", c.TypingInterval)
+	}
+	if c.TypingInterval == 0 {
+		c.TypingInterval = protocol.TypingInterval
 	}
 	if c.Window == 0 {
 		c.Window = 1
@@ -239,6 +253,12 @@ type Report struct {
 	Deferred          int64            // sends that waited behind a full push window
 	Redeliveries      int64            // frames the servers re-sent after a lease expired
 	FromHistory       int64            // messages the clients first found by a history sync (reconnects, the first sync)
+	// The typing group (Config.TypingMembers): its size, the typing frames
+	// its clients sent and the ones they received (each forwarded frame
+	// reaches the other members).
+	TypingMembers  int
+	TypingSent     int64
+	TypingReceived int64
 }
 
 // Problems lists what makes the run a failure: pairs lost, or not one
@@ -287,6 +307,10 @@ func (r *Report) String() string {
 	}
 	if r.Deferred > 0 {
 		p("window deferred sends", r.Deferred)
+	}
+	if r.TypingMembers > 0 {
+		p("typing", fmt.Sprintf("%d members: %d frames sent, %d received (%.0f/s)", r.TypingMembers, r.TypingSent, r.TypingReceived,
+			float64(r.TypingReceived)/r.Duration.Seconds()))
 	}
 	p("server re-deliveries", r.Redeliveries)
 	p("latency p50/p99/p99.9", fmt.Sprintf("%v / %v / %v", r.LatencyP50.Round(time.Microsecond*100), r.LatencyP99.Round(time.Microsecond*100), r.LatencyP999.Round(time.Microsecond*100)))
@@ -368,6 +392,7 @@ type run struct {
 	homes   []*homeTransport // per target, with several targets
 	members []*member
 	chats   map[string][]int // chat -> member indexes
+	typists *typists         // the typing group (Config.TypingMembers), nil without
 
 	accMu sync.Mutex
 	acc   map[string]accepted
@@ -410,7 +435,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	r.target = t
 	defer t.stop()
-	if err := r.connect(ctx); err != nil {
+	err = r.connect(ctx)
+	if err == nil {
+		r.typists, err = r.connectTypists(ctx)
+	}
+	if err != nil {
 		r.closeClients()
 		return nil, err
 	}
@@ -610,6 +639,7 @@ func (r *run) clientsPerTarget() []int {
 }
 
 func (r *run) closeClients() {
+	r.typists.close()
 	var wg sync.WaitGroup
 	for _, m := range r.members {
 		if m != nil && m.c != nil {
@@ -640,6 +670,7 @@ func (r *run) drive(ctx context.Context) *Report {
 	if faults := r.startFaults(sendCtx); faults != nil {
 		defer faults()
 	}
+	r.typists.run(sendCtx, cfg.TypingInterval, &senders)
 	for _, m := range r.members {
 		if !r.sends(m) {
 			continue
@@ -706,6 +737,9 @@ func (r *run) drive(ctx context.Context) *Report {
 	resynced := r.resyncStuck(ctx)
 	rep := r.report(ctx, sendPhase)
 	rep.StuckResynced = resynced
+	if ty := r.typists; ty != nil {
+		rep.TypingMembers, rep.TypingSent, rep.TypingReceived = len(ty.clients), ty.sent.Load(), ty.received.Load()
+	}
 	return rep
 }
 

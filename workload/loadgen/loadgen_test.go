@@ -143,3 +143,29 @@ func TestReportFlagsNoLiveDeliveries(t *testing.T) {
 		t.Fatalf("3 lost: OK=%v\n%s", r.OK(), r)
 	}
 }
+
+// TestTypingGroup: with TypingMembers the run adds a group whose members
+// send typing frames alongside the message load; the frames the server
+// forwards reach the other members, the messages still reconcile.
+func TestTypingGroup(t *testing.T) {
+	t.Parallel()
+	cfg := shortConfig()
+	cfg.Duration = 3 * time.Second
+	cfg.TypingMembers, cfg.TypingInterval = 5, 2100*time.Millisecond // past the server's 2 s gate
+	rep, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("\n%s", rep)
+	if rep.Lost != 0 || rep.Accepted < 100 {
+		t.Fatalf("accepted %d, lost %d", rep.Accepted, rep.Lost)
+	}
+	// Each typist sends at 0-2.1 s and at 2.1-4.2 s if still inside 3 s:
+	// 5 to 10 frames, each forwarded to 4 members.
+	if rep.TypingMembers != 5 || rep.TypingSent < 5 || rep.TypingReceived < 4*5 || rep.TypingReceived > 4*rep.TypingSent {
+		t.Fatalf("typing: %d members, %d sent, %d received (want 4 per frame sent)", rep.TypingMembers, rep.TypingSent, rep.TypingReceived)
+	}
+	if !strings.Contains(rep.String(), "typing") {
+		t.Errorf("the report does not show the typing group:\n%s", rep)
+	}
+}

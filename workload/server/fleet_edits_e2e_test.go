@@ -49,3 +49,35 @@ func TestFleetEditDeleteTyping(t *testing.T) {
 		t.Errorf("typing was stored: history holds %d messages", len(h))
 	}
 }
+
+// TestFleetTypingGate: the typing gate of PROTOCOL.md §7.4 ("at most one
+// per (user, chat) every 2 s") holds for the deployment, not per process:
+// alice types on two devices connected to two processes, and bob and
+// carol, one on each process, get one typing frame of hers per interval;
+// after the interval one goes through again. With a gate per process,
+// each process forwarded one (two frames within the interval).
+func TestFleetTypingGate(t *testing.T) {
+	fleet := newFleet(t, 2, nil)
+	chat := fleet[0].createGroup("alice", "team", "bob", "carol")
+	a0, a1 := fleet[0].dial("alice", dialOpts{device: "a0"}), fleet[1].dial("alice", dialOpts{device: "a1"})
+	bob, carol := fleet[0].dial("bob", dialOpts{}), fleet[1].dial("carol", dialOpts{})
+	typing := map[string]string{"type": "typing", "chatId": chat.ChatID}
+	start := time.Now()
+	a0.write(typing)
+	a0.sync()
+	a1.write(typing)
+	a1.sync()
+	for _, c := range []*wsClient{bob, carol} {
+		c.next("alice typing", isTyping(chat.ChatID, "alice"))
+	}
+	bob.expectNone("a second typing frame of alice within 2 s (from the other process)", isTyping(chat.ChatID, "alice"), time.Until(start.Add(1500*time.Millisecond)))
+	carol.expectNone("a second typing frame of alice within 2 s (from the other process)", isTyping(chat.ChatID, "alice"), 10*time.Millisecond)
+	time.Sleep(time.Until(start.Add(2100 * time.Millisecond)))
+	a1.write(typing)
+	for _, c := range []*wsClient{bob, carol} {
+		c.next("alice typing after 2 s", isTyping(chat.ChatID, "alice"))
+		if n := c.count(isTyping(chat.ChatID, "alice")); n != 2 {
+			t.Errorf("%d typing frames of alice, want 2 (one per interval in the fleet)", n)
+		}
+	}
+}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/tetra-messenger/tetra/workload/history"
 	"github.com/tetra-messenger/tetra/workload/protocol"
+	redisidx "github.com/tetra-messenger/tetra/workload/waterline/redis"
 )
 
 // Typing (PROTOCOL.md §7.4): ephemeral, never stored. A client's
@@ -16,8 +17,14 @@ import (
 // {"type":"typing","chatId":...,"userId":...} to the connections of the
 // chat's other members, on this process and, through the engine's fleet
 // broadcast (one Redis PUBLISH), on every other; at most one per (user,
-// chat) every protocol.TypingInterval, the rest are dropped before any
-// lookup. A chat the caller is not a member of gets an error frame
+// chat) every protocol.TypingInterval in the whole deployment: this
+// process's gate drops the rest before any lookup, and with the Redis
+// index a frame it lets through is forwarded only if no process forwarded
+// one of (user, chat) within the interval (redis.Index.TypingGate, one
+// SET NX PX), so a user typing on two devices connected to two processes
+// gets one frame through per interval, not one per process. When Redis
+// does not answer, the frame is forwarded on this process's gate alone
+// (best effort: the broadcast to the others fails anyway). A chat the caller is not a member of gets an error frame
 // (not_found for no such chat, forbidden otherwise); the verdict is kept
 // for the interval too, so a client repeating it costs no store read.
 //
@@ -116,6 +123,14 @@ func (c *session) handleTyping(ctx context.Context, ty *protocol.Typing) {
 	}
 	if len(others) == 0 {
 		return
+	}
+	if ri, ok := s.index.(*redisidx.Index); ok {
+		gctx, cancel := context.WithTimeout(ctx, s.storeTimeout())
+		first, err := ri.TypingGate(gctx, c.user, ty.ChatID, protocol.TypingInterval)
+		cancel()
+		if err == nil && !first {
+			return // another process forwarded one within the interval
+		}
 	}
 	frame := protocol.Encode(protocol.Typing{Type: protocol.TypeTyping, ChatID: ty.ChatID, UserID: c.user})
 	s.engine.Broadcast(others, frame, nil)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tetra-messenger/tetra/workload/loadgen"
+	"github.com/tetra-messenger/tetra/workload/protocol"
 )
 
 func loadgenCmd(args []string, stdout, stderr io.Writer) error {
@@ -44,6 +45,9 @@ func loadgenCmd(args []string, stdout, stderr io.Writer) error {
 	faultAt := fs.Duration("index-fault-at", 0, "when the first index fault hits (default a third of --duration)")
 	faultEvery := fs.Duration("index-fault-every", 0, "repeat the index fault at this interval (0: once)")
 	inProcess := fs.Bool("in-process", false, "run the server inside this process (no server RSS/CPU in the report)")
+	typing := fs.Int("typing-members", 0, "add a group of this many clients (2..1000) that send typing frames during the send phase\n"+
+		"(PROTOCOL.md §7.4), alongside the message load; 0 = none")
+	typingEvery := fs.Duration("typing-interval", protocol.TypingInterval, "how often each typing member sends a typing frame (a client whose user keeps typing)")
 	quiet := fs.Bool("quiet", false, "no progress lines")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -58,7 +62,8 @@ func loadgenCmd(args []string, stdout, stderr io.Writer) error {
 	cfg := loadgen.Config{URL: *url, Secret: os.Getenv("TETRA_JWT_SECRET"), InProcess: *inProcess, Replicas: *replicas, Server: scfg,
 		Clients: *clients, GroupSize: *group, Rate: *rate, Duration: *duration, Drain: *drain, BodyBytes: *body,
 		StuckShare: *stuck, SlowShare: *slow, SlowAckDelay: *slowDelay,
-		Senders: *senders, Window: *window, IndexFault: *fault, IndexFaultAt: *faultAt, IndexFaultEvery: *faultEvery}
+		Senders: *senders, Window: *window, IndexFault: *fault, IndexFaultAt: *faultAt, IndexFaultEvery: *faultEvery,
+		TypingMembers: *typing, TypingInterval: *typingEvery}
 	if !*quiet {
 		cfg.Progress = stderr
 	}

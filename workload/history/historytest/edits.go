@@ -327,19 +327,26 @@ func testEditDeleteOneBatch(t *testing.T, s history.Store) {
 }
 
 // testUnreadOrdinaryOnly: edits and deletes are not counted as unread
-// (PROTOCOL.md §7.3).
+// (PROTOCOL.md §7.3), and neither is a deleted message (§7.3 is silent;
+// docs/design.md "Edit and delete": nothing is left to read), in every
+// read that carries unread (ChatsOf, ChatFor, ChatList).
 func testUnreadOrdinaryOnly(t *testing.T, s history.Store) {
 	g := mustGroup(t, s, "alice", "g", "bob")
 	m := MustCommit(t, s, Draft(g.ID, "alice", "c1", "one"))[0].Message
 	MustCommit(t, s, EditDraft(g.ID, "alice", "c2", m.ID, "one!"))
 	m2 := MustCommit(t, s, Draft(g.ID, "alice", "c3", "two"))[0].Message
 	MustCommit(t, s, DeleteDraft(g.ID, "alice", "c4", m2.ID))
+	MustCommit(t, s, Draft(g.ID, "alice", "c5", "three"))
 	chats, err := s.ChatsOf(ctxFor(t), "bob")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(chats) != 1 || chats[0].Unread != 2 {
-		t.Fatalf("bob's unread = %+v, want 2 (the two ordinary messages, not the edit and the delete)", chats)
+		t.Fatalf("bob's unread = %+v, want 2 (one and three: not the edit, the delete or the deleted two)", chats)
+	}
+	one, listed, _, _ := chatAPIViews(t, s, g.ID, "bob")
+	if one.Unread != 2 || listed.Unread != 2 {
+		t.Errorf("bob's unread: ChatFor %d, ChatList %d, want 2 (the deleted message is not unread)", one.Unread, listed.Unread)
 	}
 }
 
@@ -430,7 +437,7 @@ func testChatAPIEditsDeletes(t *testing.T, s history.Store) {
 				t.Errorf("%s: %s LastMessage = %+v, want %+v", step, how, *l, wantLast)
 			}
 			if c.Unread != wantN {
-				t.Errorf("%s: %s Unread = %d, want %d (ordinary messages only)", step, how, c.Unread, wantN)
+				t.Errorf("%s: %s Unread = %d, want %d (ordinary messages not deleted)", step, how, c.Unread, wantN)
 			}
 			if !c.LastActivity.Equal(m2.SentAt) {
 				t.Errorf("%s: %s LastActivity = %v, want the newest ordinary message's SentAt %v", step, how, c.LastActivity, m2.SentAt)
@@ -459,9 +466,9 @@ func testChatAPIEditsDeletes(t *testing.T, s history.Store) {
 	}
 	check("after an edit of the last message", o2, 2)
 	MustCommit(t, s, DeleteDraft(g.ID, "alice", "c4", m1.ID))
-	check("after a delete of an older message", o2, 2)
+	check("after a delete of an older message", o2, 1)
 	MustCommit(t, s, DeleteDraft(g.ID, "alice", "c5", m2.ID))
-	check("after a delete of the last message", mustPageOne(t, s, g.ID, m2.ID), 2)
+	check("after a delete of the last message", mustPageOne(t, s, g.ID, m2.ID), 0)
 	if l := mustPageOne(t, s, g.ID, m2.ID); !l.Deleted || l.Body != "" {
 		t.Errorf("deleted last message in Page = %+v", l)
 	}

@@ -283,14 +283,15 @@ func (db *DB) ChatList(ctx context.Context, user, cursor string, limit int) ([]h
 // fillSQL reads, for each chat $1[i] (marker or floor $2[i], floor $3[i],
 // shared $4[i], interval start $5[i]) of reader $6, the unread count up to
 // $7 and the last visible message, ordinary messages only (kind 0,
-// PROTOCOL.md §7.3): one bounded range of history_unread each, in one
+// PROTOCOL.md §7.3; the count leaves deleted ones out, docs/design.md
+// "Edit and delete"): one bounded range of history_unread each, in one
 // statement.
 const fillSQL = `SELECT p.chat_id, u.n, l.id, l.message_id, l.sender_id, l.sender_device, l.correlation_id, l.body, l.sent_at,
 		l.edited_at, l.deleted
 	FROM (SELECT x.chat_id COLLATE "C" AS chat_id, x.mark, x.floor, x.shared, x.joined
 		FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bool[], $5::bigint[]) AS x(chat_id, mark, floor, shared, joined)) AS p
 	CROSS JOIN LATERAL (SELECT count(*) AS n FROM (SELECT 1 FROM history AS h
-		WHERE h.chat_id = p.chat_id AND h.id > p.mark AND h.sender_id <> $6 AND h.kind = 0 AND ` + fillVisibleSQL + `
+		WHERE h.chat_id = p.chat_id AND h.id > p.mark AND h.sender_id <> $6 AND h.kind = 0 AND NOT h.deleted AND ` + fillVisibleSQL + `
 		ORDER BY h.chat_id, h.id LIMIT $7) AS x) AS u
 	LEFT JOIN LATERAL (SELECT h.id, h.message_id, h.sender_id, h.sender_device, h.correlation_id, h.body, h.sent_at,
 			h.edited_at, h.deleted

@@ -226,7 +226,9 @@ func (db *DB) ChatsOf(ctx context.Context, user string) ([]history.Chat, error) 
 }
 
 // chatsOfQuery lists the chats of $1 with their read markers and $1's
-// unread count of ordinary messages (kind 0, PROTOCOL.md §7.3) up to $2 (TestUnreadPlan checks that the count ranges over
+// unread count of ordinary messages not deleted (kind 0, PROTOCOL.md
+// §7.3; not deleted, docs/design.md "Edit and delete") up to $2
+// (TestUnreadPlan checks that the count is an index-only range of
 // history_unread).
 const chatsOfQuery = `SELECT ` + chatColumns + `,
 		array(SELECT r.user_id FROM reads AS r JOIN members AS o ON o.chat_id = r.chat_id AND o.user_id = r.user_id
@@ -234,7 +236,7 @@ const chatsOfQuery = `SELECT ` + chatColumns + `,
 		array(SELECT r.message_id FROM reads AS r JOIN members AS o ON o.chat_id = r.chat_id AND o.user_id = r.user_id
 			WHERE r.chat_id = c.id ORDER BY r.user_id),
 		(SELECT count(*) FROM (SELECT 1 FROM history AS h
-			WHERE h.chat_id = c.id AND h.sender_id <> $1 AND h.kind = 0
+			WHERE h.chat_id = c.id AND h.sender_id <> $1 AND h.kind = 0 AND NOT h.deleted
 			  AND h.id > coalesce((SELECT r.seq FROM reads AS r WHERE r.chat_id = c.id AND r.user_id = $1), 0)
 			ORDER BY h.id LIMIT $2) AS u)
 	FROM members AS me JOIN chats AS c ON c.id = me.chat_id

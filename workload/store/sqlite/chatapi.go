@@ -35,11 +35,12 @@ const (
 	h.kind, h.ref, h.edited_at, h.deleted FROM history AS h WHERE h.chat_id = ?1 AND h.id > ?2 AND ` + visibleSQL + ` ORDER BY h.id LIMIT ?6`
 	backwardSQL = `SELECT h.id, h.message_id, h.sender_id, h.sender_device, h.correlation_id, h.body, h.sent_at,
 	h.kind, h.ref, h.edited_at, h.deleted FROM history AS h WHERE h.chat_id = ?1 AND h.id > ?2 AND h.id < ?7 AND ` + visibleSQL + ` ORDER BY h.id DESC LIMIT ?6`
-	// unreadVisibleSQL counts others' visible ordinary messages (kind 0,
-	// PROTOCOL.md §7.3) above ?2 (the reader's marker or the floor), up to
+	// unreadVisibleSQL counts others' visible ordinary messages that are
+	// not deleted (kind 0, deleted 0: PROTOCOL.md §7.3, docs/design.md
+	// "Edit and delete") above ?2 (the reader's marker or the floor), up to
 	// ?6 (history.MaxUnread).
 	unreadVisibleSQL = `SELECT count(*) FROM (SELECT 1 FROM history AS h
-	WHERE h.chat_id = ?1 AND h.id > ?2 AND h.sender_id <> ?5 AND h.kind = 0 AND ` + visibleSQL + ` ORDER BY h.id LIMIT ?6)`
+	WHERE h.chat_id = ?1 AND h.id > ?2 AND h.sender_id <> ?5 AND h.kind = 0 AND h.deleted = 0 AND ` + visibleSQL + ` ORDER BY h.id LIMIT ?6)`
 )
 
 // membership is what the reading member's row says about one chat.
@@ -369,7 +370,7 @@ func fill(ctx context.Context, tx *sql.Tx, ms []membership, user string) ([]hist
 			j.value ->> 3 AS shared, j.value ->> 4 AS joined FROM json_each(?3) AS j),
 		q AS MATERIALIZED (SELECT p.chat_id,
 			(SELECT count(*) FROM (SELECT 1 FROM history AS h
-				WHERE h.chat_id = p.chat_id AND h.id > p.mark AND h.sender_id <> ?1 AND h.kind = 0 AND `+fillVisibleSQL+`
+				WHERE h.chat_id = p.chat_id AND h.id > p.mark AND h.sender_id <> ?1 AND h.kind = 0 AND h.deleted = 0 AND `+fillVisibleSQL+`
 				ORDER BY h.id LIMIT ?2)) AS n,
 			(SELECT h.id FROM history AS h
 				WHERE h.chat_id = p.chat_id AND h.id > p.floor AND h.kind = 0 AND `+fillVisibleSQL+` ORDER BY h.id DESC LIMIT 1) AS last

@@ -323,12 +323,13 @@ func (db *DB) ChatsOf(ctx context.Context, user string) ([]history.Chat, error) 
 	return chats, nil
 }
 
-// unreadQuery counts the ordinary messages (kind 0: not edits or deletes,
-// PROTOCOL.md §7.3) of chat ?1 after Seq ?2 not sent by ?3,
-// up to ?4: a range of the covering index history_unread (chat_id, id,
-// sender_id, kind) that stops after ?4 matches (TestUnreadPlan checks the plan).
+// unreadQuery counts the ordinary messages not deleted (kind 0: not edits
+// or deletes, PROTOCOL.md §7.3; deleted 0: a deleted message is not
+// unread, docs/design.md "Edit and delete") of chat ?1 after Seq ?2 not
+// sent by ?3, up to ?4: a range of the covering index history_unread
+// (chat_id, id, sender_id, kind, deleted) that stops after ?4 matches (TestUnreadPlan checks the plan).
 const unreadQuery = `SELECT count(*) FROM (SELECT 1 FROM history
-	WHERE chat_id = ?1 AND id > ?2 AND sender_id <> ?3 AND kind = 0 ORDER BY id LIMIT ?4)`
+	WHERE chat_id = ?1 AND id > ?2 AND sender_id <> ?3 AND kind = 0 AND deleted = 0 ORDER BY id LIMIT ?4)`
 
 // ReadMarks implements history.Store: the read markers of chatID's
 // current members, one range of the reads primary key, on the read pool.

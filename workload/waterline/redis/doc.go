@@ -28,6 +28,8 @@
 //	dev:<user>:<dev>       str   the device's newest claim epoch, Redis TIME in µs (PX 24 h);
 //	                             user and device query-escaped (":" too)
 //	outbox                 str   the outbox this prefix indexes (outbox.Log.ID), see BindOutbox
+//	typing:<chat>:<user>   str   "1" while a typing frame of (user, chat) was forwarded within
+//	                             the last 2 s on any process (PX 2 s; TypingGate); escaped as dev:
 //	fleet                  chan  pub/sub: "c"+JSON claim, "w"+owner wake-up, "b"+JSON broadcast
 //
 // and one key outside the prefix, since it describes the server itself:

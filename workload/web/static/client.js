@@ -176,10 +176,10 @@ class ChatLog {
 
 let arrivals = 0;
 
-/** countOthers counts the stored messages of list from index i on not sent by user. */
+/** countOthers counts the stored messages of list from index i on not sent by user and not deleted. */
 function countOthers(list, i, user) {
   let n = 0;
-  for (; i < list.length; i++) if (list[i].senderId !== user && list[i].messageId) n++;
+  for (; i < list.length; i++) if (list[i].senderId !== user && list[i].messageId && !list[i].deleted) n++; // a deleted message is not unread (docs/design.md)
   return n;
 }
 

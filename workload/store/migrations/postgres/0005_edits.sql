@@ -27,7 +27,7 @@ CREATE INDEX history_unread ON history (chat_id, id) INCLUDE (sender_id, kind);
 
 -- +goose Down
 DROP INDEX history_unread;
-CREATE INDEX history_unread ON history (chat_id, id) INCLUDE (sender_id, kind);
+CREATE INDEX history_unread ON history (chat_id, id) INCLUDE (sender_id);
 DROP INDEX history_ref;
 ALTER TABLE history DROP COLUMN deleted;
 ALTER TABLE history DROP COLUMN edited_at;

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/tetra-messenger/tetra/workload/history"
+	"github.com/tetra-messenger/tetra/workload/store/storecore"
 )
 
 // Edits and deletes in Commit (PROTOCOL.md §7.3, history.CommitPlan): a
@@ -34,18 +35,10 @@ func scanMessage(rows interface{ Scan(...any) error }) (history.Message, error) 
 	return m, nil
 }
 
-// setKind fills the edit and delete fields of m from their columns.
+// setKind is storecore.SetKind: the edit and delete fields of m from
+// their columns.
 func setKind(m *history.Message, kind int, ref string, editedAt int64, deleted bool) {
-	switch kind {
-	case history.KindEdit:
-		m.Edits = ref
-	case history.KindDelete:
-		m.Deletes = ref
-	}
-	if editedAt != 0 {
-		m.EditedAt = fromNanos(editedAt)
-	}
-	m.Deleted = deleted
+	storecore.SetKind(m, kind, ref, editedAt, deleted)
 }
 
 // readTargets reads the messages ids names (the targets, and the

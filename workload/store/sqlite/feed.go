@@ -3,9 +3,9 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"fmt"
 
 	"github.com/tetra-messenger/tetra/workload/history"
+	"github.com/tetra-messenger/tetra/workload/store/storecore"
 )
 
 var _ history.Feed = (*DB)(nil)
@@ -28,8 +28,8 @@ const (
 // history.Feed). limit < 1 gives ErrInvalid; store failures wrap
 // ErrUnavailable.
 func (db *DB) HistoryAfter(ctx context.Context, seq int64, limit int) ([]history.Committed, error) {
-	if limit < 1 {
-		return nil, fmt.Errorf("%w: history feed limit %d, want at least 1", history.ErrInvalid, limit)
+	if err := storecore.CheckFeedLimit(limit); err != nil {
+		return nil, err
 	}
 	tx, err := db.r.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
 	if err != nil {

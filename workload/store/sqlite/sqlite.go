@@ -10,11 +10,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/oklog/ulid/v2"
 	"github.com/pressly/goose/v3"
 	_ "modernc.org/sqlite" // the database/sql driver "sqlite"
 
 	"github.com/tetra-messenger/tetra/workload/history"
+	"github.com/tetra-messenger/tetra/workload/store/storecore"
 	"github.com/tetra-messenger/tetra/workload/outbox"
 	"github.com/tetra-messenger/tetra/workload/store/migrations"
 )
@@ -250,11 +250,8 @@ func logUnavailable(op string, err error) error {
 // rollback ends tx when it was not committed; after a Commit it is a no-op.
 func rollback(tx *sql.Tx) { _ = tx.Rollback() }
 
-// nanos converts t to the stored form: Unix nanoseconds.
-func nanos(t time.Time) int64 { return t.UnixNano() }
+// nanos is storecore.Nanos: the stored form of a time, Unix nanoseconds.
+func nanos(t time.Time) int64 { return storecore.Nanos(t) }
 
-// fromNanos converts a stored time back: UTC, nanoseconds kept.
-func fromNanos(n int64) time.Time { return time.Unix(0, n).UTC() }
-
-// newChatID mints a chat id: "c_" followed by a ULID.
-func newChatID() string { return "c_" + ulid.Make().String() }
+// fromNanos is storecore.FromNanos: a stored time back, in UTC.
+func fromNanos(n int64) time.Time { return storecore.FromNanos(n) }

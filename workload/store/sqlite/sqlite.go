@@ -14,9 +14,9 @@ import (
 	_ "modernc.org/sqlite" // the database/sql driver "sqlite"
 
 	"github.com/tetra-messenger/tetra/workload/history"
-	"github.com/tetra-messenger/tetra/workload/store/storecore"
 	"github.com/tetra-messenger/tetra/workload/outbox"
 	"github.com/tetra-messenger/tetra/workload/store/migrations"
+	"github.com/tetra-messenger/tetra/workload/store/storecore"
 )
 
 // Compile-time checks: one *DB serves as both the history store and the

@@ -2,12 +2,12 @@ package postgres
 
 import (
 	"context"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tetra-messenger/tetra/workload/history"
+	"github.com/tetra-messenger/tetra/workload/store/storecore"
 )
 
 // Edits and deletes in Commit (PROTOCOL.md §7.3, history.CommitPlan): a
@@ -40,16 +40,10 @@ func messageDest(m *history.Message) ([]any, func()) {
 	}
 }
 
-// setKind fills the edit and delete fields of m from their columns.
+// setKind is storecore.SetKind: the edit and delete fields of m from
+// their columns.
 func setKind(m *history.Message, kind int, ref string, editedAt int64, deleted bool) {
-	m.Edits, m.Deletes, m.EditedAt = "", "", fromNanosOrZero(editedAt)
-	switch kind {
-	case history.KindEdit:
-		m.Edits = ref
-	case history.KindDelete:
-		m.Deletes = ref
-	}
-	m.Deleted = deleted
+	storecore.SetKind(m, kind, ref, editedAt, deleted)
 }
 
 // scanMessageRow scans messageColumns.
@@ -59,14 +53,6 @@ func scanMessageRow(row pgx.CollectableRow) (history.Message, error) {
 	err := row.Scan(dest...)
 	done()
 	return m, err
-}
-
-// fromNanosOrZero is fromNanos, with 0 (never) as the zero time.
-func fromNanosOrZero(n int64) time.Time {
-	if n == 0 {
-		return time.Time{}
-	}
-	return fromNanos(n)
 }
 
 // targetsQuery reads the messages $1 and, for each, its chat's kind and

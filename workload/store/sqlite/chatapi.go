@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"math"
 
 	"github.com/tetra-messenger/tetra/workload/history"
@@ -41,9 +40,13 @@ const (
 	WHERE h.chat_id = ?1 AND h.id > ?2 AND h.sender_id <> ?5 AND h.kind = 0 AND ` + visibleSQL + ` ORDER BY h.id LIMIT ?6)`
 )
 
-// core is the DB as the shared algorithms of storecore see it: a change
-// runs on the writer, a read on the read pool in one read-only
-// transaction.
+// core is the DB as the shared algorithms of storecore see it (DB.Methods:
+// AddMember, RemoveMember and the ChatAPI's changes and reads): a change
+// runs on the writer connection, which Commit also holds for its whole
+// transaction, and bumps the membership epoch Commit checks inside its
+// transaction, so a commit either precedes a removal (its Seq is at or
+// below the cutoff) or reads the member list without the removed user; a
+// read runs on the read pool in one read-only transaction.
 type core struct{ db *DB }
 
 // Begin implements storecore.Backend.
@@ -263,28 +266,6 @@ func resolve(ctx context.Context, q querier, chatID, messageID string) (int64, b
 	return seq, true, nil
 }
 
-// Messages implements history.ChatAPI (storecore.Messages): from one read
-// snapshot, each page one range of history_unread; in a "member" group
-// the range starts at the member's first interval and the messages
-// between its intervals are filtered out.
-func (db *DB) Messages(ctx context.Context, q history.PageQuery) ([]history.Message, bool, error) {
-	return storecore.Messages(ctx, core{db}, q)
-}
-
-// ChatFor implements history.ChatAPI on one read snapshot
-// (storecore.ChatFor).
-func (db *DB) ChatFor(ctx context.Context, chatID, user string) (history.Chat, error) {
-	return storecore.ChatFor(ctx, core{db}, chatID, user)
-}
-
-// ChatList implements history.ChatAPI (storecore.ChatList): every chat of
-// user is read with its activity (one row of members_user each, plus one
-// probe of history_unread for its newest message), the keys sorted in
-// memory, and only the page's chats are filled. From one read snapshot.
-func (db *DB) ChatList(ctx context.Context, user, cursor string, limit int) ([]history.Chat, string, error) {
-	return storecore.ChatList(ctx, core{db}, user, cursor, limit)
-}
-
 // Fill implements storecore.ReadTx: members, admins and read markers in
 // one query, unread counts and last messages in another.
 func (t readTx) Fill(ctx context.Context, f *storecore.Fill, user string) error {
@@ -378,26 +359,11 @@ func (db *DB) IsAdmin(ctx context.Context, chatID, user string) (bool, error) {
 		FROM chats AS c WHERE c.id = ?1`, chatID, user).Scan(&closed, &adminAt)
 	switch {
 	case errors.Is(err, sql.ErrNoRows) || closed:
-		return false, fmt.Errorf("%w: chat %q", history.ErrNotFound, chatID)
+		return false, storecore.NotFound(chatID)
 	case err != nil:
 		return false, unavailable("is admin", err)
 	}
 	return adminAt.Valid && adminAt.Int64 > 0, nil
-}
-
-// Rename implements history.ChatAPI (storecore.Rename).
-func (db *DB) Rename(ctx context.Context, chatID, by, title string) (history.Chat, error) {
-	return storecore.Rename(ctx, core{db}, chatID, by, title)
-}
-
-// AddAdmin implements history.ChatAPI (storecore.AddAdmin).
-func (db *DB) AddAdmin(ctx context.Context, chatID, by, user string) (history.Chat, error) {
-	return storecore.AddAdmin(ctx, core{db}, chatID, by, user)
-}
-
-// RemoveAdmin implements history.ChatAPI (storecore.RemoveAdmin).
-func (db *DB) RemoveAdmin(ctx context.Context, chatID, by, user string) (history.Chat, error) {
-	return storecore.RemoveAdmin(ctx, core{db}, chatID, by, user)
 }
 
 // keepAdminSQL makes the member of chat ?1 who joined earliest (then by

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
 
 	"github.com/tetra-messenger/tetra/workload/history"
 	"github.com/tetra-messenger/tetra/workload/store/storecore"
@@ -159,7 +158,7 @@ func loadChat(ctx context.Context, q querier, chatID string) (history.Chat, erro
 	err := q.QueryRowContext(ctx, `SELECT kind, title, created_by, created_at, history, closed FROM chats WHERE id = ?`, chatID).
 		Scan(&c.Kind, &c.Title, &c.CreatedBy, &created, &c.History, &closed)
 	if errors.Is(err, sql.ErrNoRows) || closed {
-		return history.Chat{}, fmt.Errorf("%w: chat %q", history.ErrNotFound, chatID)
+		return history.Chat{}, storecore.NotFound(chatID)
 	}
 	if err != nil {
 		return history.Chat{}, unavailable("chat", err)
@@ -315,28 +314,9 @@ func (db *DB) IsMember(ctx context.Context, chatID, user string) (bool, error) {
 		return false, unavailable("is member", err)
 	}
 	if chat == 0 {
-		return false, fmt.Errorf("%w: chat %q", history.ErrNotFound, chatID)
+		return false, storecore.NotFound(chatID)
 	}
 	return member == 1, nil
-}
-
-// AddMember adds user to the group chatID on behalf of by and returns the
-// chat (storecore.AddMember). It runs on the writer connection, which
-// Commit also holds for its whole transaction, and bumps the membership
-// epoch Commit checks inside its transaction.
-func (db *DB) AddMember(ctx context.Context, chatID, by, user string) (history.Chat, error) {
-	return storecore.AddMember(ctx, core{db}, chatID, by, user)
-}
-
-// RemoveMember removes user from the group chatID on behalf of by
-// (history.Store.RemoveMember: leave, or removal by the creator) and
-// returns the chat after it and the cutoff Seq (storecore.RemoveMember).
-// It runs on the writer connection, which Commit also holds for its whole
-// transaction, and bumps the membership epoch Commit checks inside its
-// transaction, so a commit either precedes the removal (its Seq is at or
-// below cutoff) or reads the member list without user.
-func (db *DB) RemoveMember(ctx context.Context, chatID, by, user string) (history.Chat, int64, error) {
-	return storecore.RemoveMember(ctx, core{db}, chatID, by, user)
 }
 
 // commitTx commits tx, translating a failure.

@@ -38,6 +38,10 @@ var (
 // query-only connections that read WAL snapshots and never wait for the
 // writer. All methods are safe for concurrent use.
 type DB struct {
+	// The algorithms of AddMember, RemoveMember and the ChatAPI
+	// (storecore), on core.
+	storecore.Methods
+
 	cfg Config
 	w   *sql.DB // the writer: exactly one connection
 	r   *sql.DB // the read pool
@@ -72,6 +76,7 @@ func Open(ctx context.Context, cfg Config) (*DB, error) {
 		}
 	}
 	db := &DB{cfg: cfg}
+	db.Methods = storecore.Methods{Backend: core{db}}
 	ok := false
 	defer func() {
 		if !ok {

@@ -111,33 +111,18 @@ func (db *DB) directChat(ctx context.Context, lo, hi string) (history.Chat, bool
 	return c, true, nil
 }
 
-// CreateGroup creates a group chat of creator plus members with shared
-// history: CreateGroupWith.
-func (db *DB) CreateGroup(ctx context.Context, creator, title string, members []string) (history.Chat, error) {
-	return db.CreateGroupWith(ctx, history.GroupSpec{Creator: creator, Title: title, Members: members})
-}
-
-// CreateGroupWith creates a group chat of spec.Creator plus spec.Members,
-// duplicates removed, members sorted, the creator its admin (PROTOCOL.md
-// §7.5) and spec.History its history setting (§7.6), in one statement. The
-// title is trimmed of surrounding white space and may be empty. Invalid
-// user ids, a title over MaxTitleBytes, not UTF-8 or containing NUL
-// (history.CheckText), more than MaxGroupMembers members and an unknown
-// history setting give ErrInvalid.
-func (db *DB) CreateGroupWith(ctx context.Context, spec history.GroupSpec) (history.Chat, error) {
-	c, err := storecore.NewGroup(spec)
-	if err != nil {
-		return history.Chat{}, err
-	}
-	if _, err := db.pool.Exec(ctx, `WITH c AS (
+// InsertGroup implements storecore.Backend: the chat and its members in
+// one statement.
+func (c core) InsertGroup(ctx context.Context, chat history.Chat) error {
+	if _, err := c.db.pool.Exec(ctx, `WITH c AS (
 			INSERT INTO chats (id, kind, title, created_by, created_at, history) VALUES ($1, 'group', $2, $5, $3, $6)
 		)
 		INSERT INTO members (chat_id, user_id, joined_at, admin_at)
 		SELECT $1, u, $3, CASE WHEN u = $5 THEN $3 ELSE 0 END FROM unnest($4::text[]) AS u`,
-		c.ID, c.Title, nanos(c.CreatedAt), c.Members, spec.Creator, c.History); err != nil {
-		return history.Chat{}, unavailable("create group", err)
+		chat.ID, chat.Title, nanos(chat.CreatedAt), chat.Members, chat.CreatedBy, chat.History); err != nil {
+		return unavailable("create group", err)
 	}
-	return c, nil
+	return nil
 }
 
 // Chat returns the chat chatID with its members sorted, or ErrNotFound. It

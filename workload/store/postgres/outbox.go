@@ -18,14 +18,6 @@ func checkPartition(op string, p int32) error {
 	return storecore.CheckPartition("postgres", "PostgreSQL", op, p)
 }
 
-// Partitions returns [0]: the PostgreSQL outbox is one partition.
-func (db *DB) Partitions(ctx context.Context) ([]int32, error) {
-	return []int32{Partition}, nil
-}
-
-// PartitionOf returns 0 for every recipient.
-func (db *DB) PartitionOf(recipient string) int32 { return Partition }
-
 // headSQL reads the outbox sequence: the last id drawn, 0 when none ever
 // was. It survives deletes and restarts.
 const headSQL = `SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM outbox_id_seq`

@@ -82,36 +82,18 @@ func (db *DB) CreateDirect(ctx context.Context, a, b string) (history.Chat, bool
 	return c, true, nil
 }
 
-// CreateGroup creates a group chat of creator plus members with shared
-// history: CreateGroupWith.
-func (db *DB) CreateGroup(ctx context.Context, creator, title string, members []string) (history.Chat, error) {
-	return db.CreateGroupWith(ctx, history.GroupSpec{Creator: creator, Title: title, Members: members})
-}
-
-// CreateGroupWith creates a group chat of spec.Creator plus spec.Members,
-// duplicates removed, members sorted, the creator its admin (PROTOCOL.md
-// §7.5) and spec.History its history setting (§7.6). The title is trimmed
-// of surrounding white space and may be empty. Invalid user ids, a title
-// over MaxTitleBytes, not UTF-8 or containing NUL (history.CheckText), more
-// than MaxGroupMembers members and an unknown history setting give
-// ErrInvalid.
-func (db *DB) CreateGroupWith(ctx context.Context, spec history.GroupSpec) (history.Chat, error) {
-	c, err := storecore.NewGroup(spec)
+// InsertGroup implements storecore.Backend: the chat's rows in one
+// transaction on the writer.
+func (c core) InsertGroup(ctx context.Context, chat history.Chat) error {
+	tx, err := c.db.w.BeginTx(ctx, nil)
 	if err != nil {
-		return history.Chat{}, err
-	}
-	tx, err := db.w.BeginTx(ctx, nil)
-	if err != nil {
-		return history.Chat{}, unavailable("create group", err)
+		return unavailable("create group", err)
 	}
 	defer rollback(tx)
-	if err := insertChat(ctx, tx, c); err != nil {
-		return history.Chat{}, err
+	if err := insertChat(ctx, tx, chat); err != nil {
+		return err
 	}
-	if err := commitTx(tx, "create group"); err != nil {
-		return history.Chat{}, err
-	}
-	return c, nil
+	return commitTx(tx, "create group")
 }
 
 // insertChat writes the chats row and one members row per member, each

@@ -18,14 +18,6 @@ func checkPartition(op string, p int32) error {
 	return storecore.CheckPartition("sqlite", "SQLite", op, p)
 }
 
-// Partitions returns [0]: the SQLite outbox is one partition.
-func (db *DB) Partitions(ctx context.Context) ([]int32, error) {
-	return []int32{Partition}, nil
-}
-
-// PartitionOf returns 0 for every recipient.
-func (db *DB) PartitionOf(recipient string) int32 { return Partition }
-
 // Head returns the highest outbox position ever assigned, read from
 // sqlite_sequence so it survives deletes and reopening; 0 when no row was
 // ever appended. A partition other than 0 is an error.

@@ -41,6 +41,8 @@ type DB struct {
 	// The algorithms of AddMember, RemoveMember and the ChatAPI
 	// (storecore), on core.
 	storecore.Methods
+	// Partitions and PartitionOf: the outbox is one partition.
+	storecore.OnePartition
 
 	cfg Config
 	w   *sql.DB // the writer: exactly one connection

@@ -19,6 +19,10 @@ type Backend interface {
 	// Read opens a read-only transaction on one snapshot; op names it in
 	// errors.
 	Read(ctx context.Context, op string) (ReadTx, error)
+	// InsertGroup writes the new group chat c (NewGroup) in one
+	// transaction: its row and one members row per member, joined at its
+	// creation, its admins admins since then.
+	InsertGroup(ctx context.Context, c history.Chat) error
 }
 
 // ChangeTx is one read-write transaction of a change of members, admins or
@@ -72,8 +76,35 @@ type ChangeTx interface {
 	Rollback()
 }
 
+// validPair checks the acting user by ("user id") and the user acted on
+// (named what in the error).
+func validPair(by, what, user string) error {
+	if err := ValidUser("user id", by); err != nil {
+		return err
+	}
+	return ValidUser(what, user)
+}
+
 // now is the clock of the changes, in the stored form.
 func now() int64 { return Nanos(time.Now()) }
+
+// begin opens the transaction of op on chatID, takes the locks asked for
+// and reads the chat; on an error it is rolled back.
+func begin(ctx context.Context, b Backend, op, chatID string, appendLock, chatLock bool) (ChangeTx, history.Chat, error) {
+	if !Storable(chatID) {
+		return nil, history.Chat{}, notFound(chatID)
+	}
+	tx, err := b.Begin(ctx, op)
+	if err != nil {
+		return nil, history.Chat{}, err
+	}
+	c, err := lockLoad(ctx, tx, chatID, appendLock, chatLock)
+	if err != nil {
+		tx.Rollback()
+		return nil, history.Chat{}, err
+	}
+	return tx, c, nil
+}
 
 // lockLoad takes the locks and reads the chat.
 func lockLoad(ctx context.Context, tx ChangeTx, chatID string, appendLock, chatLock bool) (history.Chat, error) {
@@ -107,24 +138,14 @@ func lockLoad(ctx context.Context, tx ChangeTx, chatID string, appendLock, chatL
 // MaxGroupMembers.
 func AddMember(ctx context.Context, b Backend, chatID, by, user string) (history.Chat, error) {
 	const op = "add member"
-	if err := ValidUser("user id", by); err != nil {
+	if err := validPair(by, "member id", user); err != nil {
 		return history.Chat{}, err
 	}
-	if err := ValidUser("member id", user); err != nil {
-		return history.Chat{}, err
-	}
-	if !Storable(chatID) {
-		return history.Chat{}, notFound(chatID)
-	}
-	tx, err := b.Begin(ctx, op)
+	tx, c, err := begin(ctx, b, op, chatID, true, true)
 	if err != nil {
 		return history.Chat{}, err
 	}
 	defer tx.Rollback()
-	c, err := lockLoad(ctx, tx, chatID, true, true)
-	if err != nil {
-		return history.Chat{}, err
-	}
 	if !c.HasMember(by) {
 		return history.Chat{}, fmt.Errorf("%w: %q in chat %q", history.ErrNotMember, by, chatID)
 	}
@@ -167,24 +188,14 @@ func AddMember(ctx context.Context, b Backend, chatID, by, user string) (history
 // recipients.
 func RemoveMember(ctx context.Context, b Backend, chatID, by, user string) (history.Chat, int64, error) {
 	const op = "remove member"
-	if err := ValidUser("user id", by); err != nil {
+	if err := validPair(by, "member id", user); err != nil {
 		return history.Chat{}, 0, err
 	}
-	if err := ValidUser("member id", user); err != nil {
-		return history.Chat{}, 0, err
-	}
-	if !Storable(chatID) {
-		return history.Chat{}, 0, notFound(chatID)
-	}
-	tx, err := b.Begin(ctx, op)
+	tx, c, err := begin(ctx, b, op, chatID, true, false)
 	if err != nil {
 		return history.Chat{}, 0, err
 	}
 	defer tx.Rollback()
-	c, err := lockLoad(ctx, tx, chatID, true, false)
-	if err != nil {
-		return history.Chat{}, 0, err
-	}
 	if err := history.CheckRemove(c, by, user); err != nil {
 		return history.Chat{}, 0, err
 	}
@@ -235,18 +246,11 @@ func RemoveMember(ctx context.Context, b Backend, chatID, by, user string) (hist
 // chat as read after the lock, and returns the chat as read after fn. fn
 // returns false to change nothing (the chat is then returned as read).
 func change(ctx context.Context, b Backend, op, chatID string, fn func(tx ChangeTx, c history.Chat) (bool, error)) (history.Chat, error) {
-	if !Storable(chatID) {
-		return history.Chat{}, notFound(chatID)
-	}
-	tx, err := b.Begin(ctx, op)
+	tx, c, err := begin(ctx, b, op, chatID, false, true)
 	if err != nil {
 		return history.Chat{}, err
 	}
 	defer tx.Rollback()
-	c, err := lockLoad(ctx, tx, chatID, false, true)
-	if err != nil {
-		return history.Chat{}, err
-	}
 	changed, err := fn(tx, c)
 	if err != nil {
 		return history.Chat{}, err
@@ -281,10 +285,7 @@ func Rename(ctx context.Context, b Backend, chatID, by, title string) (history.C
 
 // AddAdmin implements history.ChatAPI.AddAdmin on b.
 func AddAdmin(ctx context.Context, b Backend, chatID, by, user string) (history.Chat, error) {
-	if err := ValidUser("user id", by); err != nil {
-		return history.Chat{}, err
-	}
-	if err := ValidUser("userId", user); err != nil {
+	if err := validPair(by, "userId", user); err != nil {
 		return history.Chat{}, err
 	}
 	return change(ctx, b, "add admin", chatID, func(tx ChangeTx, c history.Chat) (bool, error) {
@@ -304,10 +305,7 @@ func AddAdmin(ctx context.Context, b Backend, chatID, by, user string) (history.
 // RemoveAdmin implements history.ChatAPI.RemoveAdmin on b: an admin steps
 // down; the group keeps an admin (ChangeTx.KeepAdmin).
 func RemoveAdmin(ctx context.Context, b Backend, chatID, by, user string) (history.Chat, error) {
-	if err := ValidUser("user id", by); err != nil {
-		return history.Chat{}, err
-	}
-	if err := ValidUser("userId", user); err != nil {
+	if err := validPair(by, "userId", user); err != nil {
 		return history.Chat{}, err
 	}
 	return change(ctx, b, "remove admin", chatID, func(tx ChangeTx, c history.Chat) (bool, error) {

@@ -1,6 +1,7 @@
 package storecore
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"time"
@@ -104,3 +105,13 @@ func PurgeCut(cutoff time.Time, limit int) (cut int64, none bool, err error) {
 	}
 	return cut, false, nil
 }
+
+// OnePartition gives a relational outbox log (outbox.Log) its partitions:
+// one, Partition. A store embeds it.
+type OnePartition struct{}
+
+// Partitions returns [Partition]: the outbox is one partition.
+func (OnePartition) Partitions(context.Context) ([]int32, error) { return []int32{Partition}, nil }
+
+// PartitionOf returns Partition for every recipient.
+func (OnePartition) PartitionOf(string) int32 { return Partition }

@@ -13,6 +13,31 @@ type Methods struct {
 	Backend Backend
 }
 
+// CreateGroup implements history.Store: CreateGroupWith with shared
+// history.
+func (m Methods) CreateGroup(ctx context.Context, creator, title string, members []string) (history.Chat, error) {
+	return m.CreateGroupWith(ctx, history.GroupSpec{Creator: creator, Title: title, Members: members})
+}
+
+// CreateGroupWith implements history.ChatAPI: a group chat of spec.Creator
+// plus spec.Members, duplicates removed, members sorted, the creator its
+// admin (PROTOCOL.md §7.5) and spec.History its history setting (§7.6),
+// written by Backend.InsertGroup. The title is trimmed of surrounding
+// white space and may be empty. Invalid user ids, a title over
+// history.MaxTitleBytes, not UTF-8 or containing NUL (history.CheckText),
+// more than history.MaxGroupMembers members and an unknown history
+// setting give ErrInvalid (NewGroup).
+func (m Methods) CreateGroupWith(ctx context.Context, spec history.GroupSpec) (history.Chat, error) {
+	c, err := NewGroup(spec)
+	if err != nil {
+		return history.Chat{}, err
+	}
+	if err := m.Backend.InsertGroup(ctx, c); err != nil {
+		return history.Chat{}, err
+	}
+	return c, nil
+}
+
 // AddMember implements history.Store (the package function AddMember).
 func (m Methods) AddMember(ctx context.Context, chatID, by, user string) (history.Chat, error) {
 	return AddMember(ctx, m.Backend, chatID, by, user)

@@ -41,12 +41,14 @@ func (db *DB) HistoryAfter(ctx context.Context, seq int64, limit int) ([]history
 		return nil, unavailable("history feed", err)
 	}
 	out := make([]history.Committed, 0, min(limit, 512))
+	var m history.Message
+	dest, done := storecore.MessageDest(&m) // reused for every row
 	for rows.Next() {
-		m, err := scanMessage(rows)
-		if err != nil {
+		if err := rows.Scan(dest...); err != nil {
 			rows.Close()
 			return nil, unavailable("history feed", err)
 		}
+		done()
 		out = append(out, history.Committed{Message: m})
 	}
 	err = rows.Err()

@@ -39,15 +39,17 @@ func (db *DB) Page(ctx context.Context, chatID, sinceID string, limit int) ([]hi
 	defer rows.Close()
 	msgs := make([]history.Message, 0, min(limit, 512))
 	hasMore := false
+	var m history.Message
+	dest, done := storecore.MessageDest(&m) // reused for every row
 	for rows.Next() {
 		if len(msgs) == limit {
 			hasMore = true
 			break
 		}
-		m, err := scanMessage(rows)
-		if err != nil {
+		if err := rows.Scan(dest...); err != nil {
 			return nil, false, unavailable("page", err)
 		}
+		done()
 		msgs = append(msgs, m)
 	}
 	if err := rows.Err(); err != nil {

@@ -20,7 +20,9 @@ const (
 // rest derives from: the tuning-file keys (Keys, Set, Render), the ranges
 // Validate checks, the `tetra serve` flags (RegisterFlags, and through them
 // the TETRA_* environment variables), the flags the load generator passes
-// its servers (Args); tests hold the Messenger CRD's markers
+// its servers (Args), the operator's mapping of Messenger fields (CRD;
+// render.Tuning walks the table) and the knobs a load sweep row may move
+// (loadgen.SweepRow); tests hold the Messenger CRD's markers
 // (internal/operator/render) and the README's knob table to it.
 type Knob struct {
 	// Key names the setting in a tuning directory, in the operator's
@@ -100,6 +102,9 @@ var Keys = func() []string {
 	return out
 }()
 
+// Lookup returns the knob named key (Knob.Key).
+func Lookup(key string) (Knob, bool) { return knob(key) }
+
 // knob returns the knob named key.
 func knob(key string) (Knob, bool) {
 	for _, k := range Knobs {
@@ -120,6 +125,22 @@ func (k Knob) value(t *Tuning) int64 {
 		return int64(*p)
 	}
 	return 0
+}
+
+// Value is the knob's setting in t: nanoseconds for a Duration, the count
+// for a Count.
+func (k Knob) Value(t Tuning) int64 { return k.value(&t) }
+
+// SetValue sets the knob's setting in t to v: nanoseconds for a Duration,
+// the count for a Count. It does not check the range (Tuning.Validate
+// does).
+func (k Knob) SetValue(t *Tuning, v int64) {
+	switch p := k.field(t).(type) {
+	case *time.Duration:
+		*p = time.Duration(v)
+	case *int:
+		*p = int(v)
+	}
 }
 
 // Text renders the knob's setting in t as a tuning file holds it.

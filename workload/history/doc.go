@@ -13,8 +13,9 @@
 // transaction it writes each message's history row first and then one outbox
 // row per recipient (paper invariant I1), or only the history rows when the
 // outbox lives elsewhere (Kafka, where a relay feeds the log from history).
-// Implementations live in ../store/sqlite and ../store/postgres and all run
-// the conformance suite in ./historytest.
+// Implementations live in ../store/sqlite and ../store/postgres (what they
+// share in ../store/storecore) and all run the conformance suite in
+// ./historytest.
 //
 // ChatAPI (chatapi.go) is what PROTOCOL.md §7 adds: pages in both
 // directions, the chat list by activity, admins, and what a member may

@@ -10,12 +10,16 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"reflect"
+	"strconv"
 	"strings"
 	"time"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
+
+	"github.com/tetra-messenger/tetra/workload/config"
 )
 
 // Duration is a time.Duration written in JSON as a Go duration string
@@ -44,21 +48,155 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 // MarshalJSON writes the duration string.
 func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
 
-// SweepRow is one configuration of a sweep. Nil (absent) knobs keep the
-// sweep's base configuration; the load fields override the table's.
+// SweepRow is one configuration of a sweep: the knobs it moves and its
+// load. In JSON the knobs stand beside the load fields, each under its key
+// of config.Knobs ("lease": "10s", "maxPending": 20): a duration as a Go
+// duration string (or a number of nanoseconds), a count as a number. Every
+// knob of the table may be moved; absent knobs keep the sweep's base
+// configuration; the load fields override the table's.
 type SweepRow struct {
-	Name                string    `json:"name"`
-	ReconnectGrace      *Duration `json:"reconnectGrace,omitempty"`
-	MaxPending          *int      `json:"maxPending,omitempty"`
-	Lease               *Duration `json:"lease,omitempty"`
-	MaxDeliveryAttempts *int      `json:"maxDeliveryAttempts,omitempty"`
-	OutboxRetention     *Duration `json:"outboxRetention,omitempty"`
-	Clients             int       `json:"clients,omitempty"`
-	GroupSize           int       `json:"groupSize,omitempty"`
-	Rate                float64   `json:"rate,omitempty"`
-	Duration            Duration  `json:"duration,omitempty"`
-	StuckShare          *float64  `json:"stuckShare,omitempty"`
-	SlowShare           *float64  `json:"slowShare,omitempty"`
+	Name string
+	// Knobs maps a knob's key (config.Knob.Key) to its value as a tuning
+	// file holds it (config.Tuning.Set).
+	Knobs map[string]string
+	SweepLoad
+}
+
+// SweepLoad is a row's load: zero (or nil) fields keep the table's.
+type SweepLoad struct {
+	Clients    int      `json:"clients,omitempty"`
+	GroupSize  int      `json:"groupSize,omitempty"`
+	Rate       float64  `json:"rate,omitempty"`
+	Duration   Duration `json:"duration,omitempty"`
+	StuckShare *float64 `json:"stuckShare,omitempty"`
+	SlowShare  *float64 `json:"slowShare,omitempty"`
+}
+
+// sweepLoadKeys are the JSON names of SweepLoad's fields and the row's name.
+var sweepLoadKeys = func() map[string]bool {
+	keys := map[string]bool{"name": true}
+	t := reflect.TypeOf(SweepLoad{})
+	for i := range t.NumField() {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		keys[name] = true
+	}
+	return keys
+}()
+
+// UnmarshalJSON reads a row: its name, its load and its knobs. A key that
+// is neither is an error, as is a knob value config.Tuning.Set refuses.
+func (r *SweepRow) UnmarshalJSON(b []byte) error {
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(b, &fields); err != nil {
+		return err
+	}
+	var row struct {
+		Name string `json:"name"`
+		SweepLoad
+	}
+	if err := json.Unmarshal(b, &row); err != nil {
+		return err
+	}
+	*r = SweepRow{Name: row.Name, SweepLoad: row.SweepLoad}
+	for key, raw := range fields {
+		if sweepLoadKeys[key] || string(raw) == "null" {
+			continue
+		}
+		k, ok := config.Lookup(key)
+		if !ok {
+			return fmt.Errorf("json: unknown field %q", key)
+		}
+		text, err := knobText(k, raw)
+		if err != nil {
+			return err
+		}
+		if r.Knobs == nil {
+			r.Knobs = map[string]string{}
+		}
+		r.Knobs[key] = text
+	}
+	return r.Check()
+}
+
+// knobText is the tuning-file text of a knob's JSON value: a string as it
+// is, a number as the count (or, for a duration, nanoseconds).
+func knobText(k config.Knob, raw json.RawMessage) (string, error) {
+	var s string
+	if err := json.Unmarshal(raw, &s); err == nil {
+		return s, nil
+	}
+	var n int64
+	if err := json.Unmarshal(raw, &n); err != nil {
+		if k.Kind == config.Duration {
+			return "", fmt.Errorf("%s: duration must be a string like \"10s\": %s", k.Key, raw)
+		}
+		return "", fmt.Errorf("%s: must be an integer: %s", k.Key, raw)
+	}
+	if k.Kind == config.Duration {
+		return time.Duration(n).String(), nil
+	}
+	return strconv.FormatInt(n, 10), nil
+}
+
+// MarshalJSON writes the row as UnmarshalJSON reads it: counts as numbers,
+// durations as strings.
+func (r SweepRow) MarshalJSON() ([]byte, error) {
+	b, err := json.Marshal(struct {
+		Name string `json:"name"`
+		SweepLoad
+	}{r.Name, r.SweepLoad})
+	if err != nil || len(r.Knobs) == 0 {
+		return b, err
+	}
+	var t config.Tuning
+	if err := r.set(&t); err != nil {
+		return nil, err
+	}
+	out := map[string]any{}
+	if err := json.Unmarshal(b, &out); err != nil {
+		return nil, err
+	}
+	for key := range r.Knobs {
+		k, _ := config.Lookup(key)
+		out[key] = knobJSON(k, t)
+	}
+	return json.Marshal(out)
+}
+
+// knobJSON is k's setting in t as sweep JSON writes it: a count as a
+// number, a duration as its string.
+func knobJSON(k config.Knob, t config.Tuning) any {
+	if k.Kind == config.Count {
+		return k.Value(t)
+	}
+	return k.Text(t)
+}
+
+// Check reports a knob of the row that is not in config.Knobs or whose
+// value config.Tuning.Set refuses.
+func (r SweepRow) Check() error {
+	t := config.Default()
+	if err := r.set(&t); err != nil {
+		return fmt.Errorf("row %q: %w", r.Name, err)
+	}
+	return nil
+}
+
+// set applies the row's knobs to t, in the table's order.
+func (r SweepRow) set(t *config.Tuning) error {
+	for key := range r.Knobs {
+		if _, ok := config.Lookup(key); !ok {
+			return fmt.Errorf("unknown knob %q", key)
+		}
+	}
+	for _, k := range config.Knobs {
+		if text, ok := r.Knobs[k.Key]; ok {
+			if err := t.Set(k.Key, text); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // SweepTable is a sweep: load defaults for every row, and the rows.
@@ -133,42 +271,59 @@ func (t SweepTable) Apply(base Config, r SweepRow) Config {
 	if r.SlowShare != nil {
 		c.SlowShare = *r.SlowShare
 	}
-	tu := &c.Server.Tuning
-	if r.ReconnectGrace != nil {
-		tu.ReconnectGrace = time.Duration(*r.ReconnectGrace)
-	}
-	if r.MaxPending != nil {
-		tu.MaxPending = *r.MaxPending
-	}
-	if r.Lease != nil {
-		tu.Lease = time.Duration(*r.Lease)
-	}
-	if r.MaxDeliveryAttempts != nil {
-		tu.MaxDeliveryAttempts = *r.MaxDeliveryAttempts
-	}
-	if r.OutboxRetention != nil {
-		tu.OutboxRetention = time.Duration(*r.OutboxRetention)
+	// ParseSweep checked the knobs (SweepRow.Check); a row built in code
+	// with a bad one keeps the base's setting of it.
+	for _, k := range config.Knobs {
+		if text, ok := r.Knobs[k.Key]; ok {
+			_ = c.Server.Tuning.Set(k.Key, text)
+		}
 	}
 	return c
 }
 
 // SweepResult is one row's outcome: a report, or the error that stopped it.
 type SweepResult struct {
-	Row    SweepRow `json:"row"`
-	Config struct {
-		Clients        int     `json:"clients"`
-		GroupSize      int     `json:"groupSize"`
-		Rate           float64 `json:"rate"`
-		Duration       string  `json:"duration"`
-		ReconnectGrace string  `json:"reconnectGrace"`
-		MaxPending     int     `json:"maxPending"`
-		Lease          string  `json:"lease"`
-		MaxAttempts    int     `json:"maxDeliveryAttempts"`
-		StuckShare     float64 `json:"stuckShare"`
-		SlowShare      float64 `json:"slowShare"`
-	} `json:"config"`
-	Report *Report `json:"report,omitempty"`
-	Err    string  `json:"error,omitempty"`
+	Row    SweepRow    `json:"row"`
+	Config SweepConfig `json:"config"`
+	Report *Report     `json:"report,omitempty"`
+	Err    string      `json:"error,omitempty"`
+}
+
+// SweepConfig is what a row ran with: its load, and every knob's setting
+// (config.Knobs), written in JSON beside the load under the knob's key (a
+// count as a number, a duration as its string).
+type SweepConfig struct {
+	Clients    int     `json:"clients"`
+	GroupSize  int     `json:"groupSize"`
+	Rate       float64 `json:"rate"`
+	Duration   string  `json:"duration"`
+	StuckShare float64 `json:"stuckShare"`
+	SlowShare  float64 `json:"slowShare"`
+	// Tuning is the server's tuning.
+	Tuning config.Tuning `json:"-"`
+}
+
+// sweepConfig is the SweepConfig of cfg.
+func sweepConfig(cfg Config) SweepConfig {
+	return SweepConfig{Clients: cfg.Clients, GroupSize: cfg.GroupSize, Rate: cfg.Rate, Duration: cfg.Duration.String(),
+		StuckShare: cfg.StuckShare, SlowShare: cfg.SlowShare, Tuning: cfg.Server.Tuning}
+}
+
+// MarshalJSON writes the load fields and every knob.
+func (c SweepConfig) MarshalJSON() ([]byte, error) {
+	type load SweepConfig // without the method
+	b, err := json.Marshal(load(c))
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]any{}
+	if err := json.Unmarshal(b, &out); err != nil {
+		return nil, err
+	}
+	for _, k := range config.Knobs {
+		out[k.Key] = knobJSON(k, c.Tuning)
+	}
+	return json.Marshal(out)
 }
 
 // Sweep runs every row of t in order, each against a fresh server started
@@ -186,12 +341,7 @@ func Sweep(ctx context.Context, base Config, t SweepTable, outDir string, progre
 			return results, err
 		}
 		cfg := t.Apply(base, row)
-		res := SweepResult{Row: row}
-		res.Config.Clients, res.Config.GroupSize, res.Config.Rate = cfg.Clients, cfg.GroupSize, cfg.Rate
-		res.Config.Duration = cfg.Duration.String()
-		tu := cfg.Server.Tuning
-		res.Config.ReconnectGrace, res.Config.MaxPending, res.Config.Lease = tu.ReconnectGrace.String(), tu.MaxPending, tu.Lease.String()
-		res.Config.MaxAttempts, res.Config.StuckShare, res.Config.SlowShare = tu.MaxDeliveryAttempts, cfg.StuckShare, cfg.SlowShare
+		res := SweepResult{Row: row, Config: sweepConfig(cfg)}
 		if progress != nil {
 			fmt.Fprintf(progress, "sweep row %d/%d: %s (%d clients, %.0f msg/s, %v)\n", i+1, len(t.Rows), row.Name, cfg.Clients, cfg.Rate, cfg.Duration)
 		}

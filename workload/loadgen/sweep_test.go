@@ -3,12 +3,15 @@ package loadgen
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"image/png"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tetra-messenger/tetra/workload/config"
 )
 
 func TestDefaultSweepIsThePapersTable(t *testing.T) {
@@ -122,5 +125,86 @@ func TestKindOfSpreadsShares(t *testing.T) {
 	}
 	if stuck != 30 || slow < 55 || slow > 60 {
 		t.Fatalf("600 clients at 5%% stuck, 10%% slow: %d stuck, %d slow", stuck, slow)
+	}
+}
+
+// TestSweepCarriesEveryKnob: every knob of config.Knobs can be moved by a
+// sweep row (under its key), reaches the server's tuning through Apply,
+// and is written back in the row and in the result's config, so a knob
+// added to the table is carried without a field of its own here.
+func TestSweepCarriesEveryKnob(t *testing.T) {
+	t.Parallel()
+	def := config.Default()
+	for _, k := range config.Knobs {
+		// A valid value other than the default: the lowest allowed, or
+		// the next one when that is the default.
+		want := k.Min
+		if want == k.Value(def) {
+			want++
+		}
+		var v any = want
+		if k.Kind == config.Duration {
+			v = time.Duration(want).String()
+		}
+		row, _ := json.Marshal(map[string]any{"name": k.Key, k.Key: v})
+		tab, err := ParseSweep([]byte(`{"rows": [` + string(row) + `]}`))
+		if err != nil {
+			t.Errorf("%s: %v", k.Key, err)
+			continue
+		}
+		c := tab.Apply(DefaultConfig(), tab.Rows[0])
+		if got := k.Value(c.Server.Tuning); got != want {
+			t.Errorf("%s: row %s applied %d, want %d", k.Key, row, got, want)
+		}
+		for _, other := range config.Knobs {
+			if other.Key != k.Key && other.Value(c.Server.Tuning) != other.Value(DefaultConfig().Server.Tuning) {
+				t.Errorf("%s: the row moved %s too", k.Key, other.Key)
+			}
+		}
+		// Written back: the row as read, and the result's config.
+		b, err := json.Marshal(SweepResult{Row: tab.Rows[0], Config: sweepConfig(c)})
+		if err != nil {
+			t.Fatalf("%s: %v", k.Key, err)
+		}
+		var back struct {
+			Row    map[string]any `json:"row"`
+			Config map[string]any `json:"config"`
+		}
+		if err := json.Unmarshal(b, &back); err != nil {
+			t.Fatal(err)
+		}
+		wantJSON, _ := json.Marshal(v)
+		for where, m := range map[string]map[string]any{"row": back.Row, "config": back.Config} {
+			if got, _ := json.Marshal(m[k.Key]); string(got) != string(wantJSON) {
+				t.Errorf("%s: %s JSON has %s, want %s (%s)", k.Key, where, got, wantJSON, b)
+			}
+		}
+		if len(back.Config) != len(config.Knobs)+6 {
+			t.Errorf("%s: config JSON has %d fields, want the 6 of the load and the %d knobs: %s", k.Key, len(back.Config), len(config.Knobs), b)
+		}
+	}
+}
+
+// TestSweepRowRefusesUnknownKnobs: a key that is neither a load field nor
+// a knob, and a knob value the tuning refuses, fail the table.
+func TestSweepRowRefusesUnknownKnobs(t *testing.T) {
+	t.Parallel()
+	for _, row := range []string{
+		`{"name": "x", "leese": "10s"}`,
+		`{"name": "x", "lease": "ten seconds"}`,
+		`{"name": "x", "maxPending": 2.5}`,
+	} {
+		if _, err := ParseSweep([]byte(`{"rows": [` + row + `]}`)); err == nil {
+			t.Errorf("ParseSweep accepted %s", row)
+		}
+	}
+	// The forms of the old fields still read: a duration in nanoseconds.
+	tab, err := ParseSweep([]byte(`{"rows": [{"name": "x", "lease": 20000000000, "maxPending": 9}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := tab.Apply(DefaultConfig(), tab.Rows[0])
+	if c.Server.Tuning.Lease != 20*time.Second || c.Server.Tuning.MaxPending != 9 {
+		t.Fatalf("applied %+v", c.Server.Tuning)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"reflect"
 	"sort"
 	"strconv"
 	"strings"
@@ -388,41 +389,67 @@ func SecretKey(key, def string) string {
 
 // Tuning returns the hot settings of m: config.Default() overridden by every
 // field the spec sets, validated by config.Tuning.Validate (whose error
-// names the key).
+// names the key). The fields are those of the knob table (config.Knobs,
+// Knob.CRD), found by their JSON names (specField): a duration field set
+// (non-nil) or a count field set (non-zero) overrides its knob.
 func Tuning(m *tetrav1.Messenger) (config.Tuning, error) {
 	t := config.Default()
-	d, r, l := m.Spec.Delivery, m.Spec.Retention, m.Spec.Limits
-	dur := func(dst *time.Duration, src *metav1.Duration) {
-		if src != nil {
-			*dst = src.Duration
+	for _, k := range config.Knobs {
+		if k.CRD == "" {
+			continue
+		}
+		v, set, err := specField(&m.Spec, k.CRD)
+		if err != nil {
+			return t, fmt.Errorf("render: tuning: %s: %w", k.Key, err)
+		}
+		if set {
+			k.SetValue(&t, v)
 		}
 	}
-	num := func(dst *int, src int32) {
-		if src != 0 {
-			*dst = int(src)
-		}
-	}
-	dur(&t.Lease, d.Lease)
-	num(&t.MaxDeliveryAttempts, d.MaxDeliveryAttempts)
-	num(&t.MaxPending, d.MaxPending)
-	dur(&t.PendingTimeout, d.PendingTimeout)
-	dur(&t.ReconnectGrace, d.ReconnectGrace)
-	dur(&t.PingInterval, d.PingInterval)
-	dur(&t.PingTimeout, d.IdleTimeout)
-	dur(&t.GCGrace, d.GCGrace)
-	dur(&t.GCInterval, d.GCInterval)
-	dur(&t.PollInterval, d.PollInterval)
-	num(&t.PollBatch, d.PollBatch)
-	dur(&t.HistoryRetention, r.History)
-	dur(&t.OutboxRetention, r.OutboxBackstop)
-	num(&t.MaxBodyBytes, l.MaxBodyBytes)
-	num(&t.MaxInFlightSends, l.MaxInFlightSends)
-	num(&t.SendsPerSecond, l.SendsPerSecond)
-	num(&t.FanoutPerSecond, l.FanoutPerSecond)
 	if err := t.Validate(); err != nil {
 		return t, fmt.Errorf("render: tuning: %w", err)
 	}
 	return t, nil
+}
+
+// specField reads the field of spec at path, JSON names joined by dots
+// ("delivery.lease"): a *metav1.Duration as nanoseconds, set when not nil;
+// an int32 as itself, set when not 0 (the CRD's "unset"). A path that names
+// no such field is an error (TestRenderSetsEveryKnob holds the table to
+// the types).
+func specField(spec *tetrav1.MessengerSpec, path string) (int64, bool, error) {
+	v := reflect.ValueOf(spec).Elem()
+	for _, name := range strings.Split(path, ".") {
+		f, ok := jsonField(v, name)
+		if !ok {
+			return 0, false, fmt.Errorf("spec.%s: no field %q", path, name)
+		}
+		v = f
+	}
+	switch x := v.Interface().(type) {
+	case *metav1.Duration:
+		if x == nil {
+			return 0, false, nil
+		}
+		return int64(x.Duration), true, nil
+	case int32:
+		return int64(x), x != 0, nil
+	}
+	return 0, false, fmt.Errorf("spec.%s: a %s, not a duration or an int32", path, v.Type())
+}
+
+// jsonField returns the field of struct v whose JSON name is name.
+func jsonField(v reflect.Value, name string) (reflect.Value, bool) {
+	if v.Kind() != reflect.Struct {
+		return reflect.Value{}, false
+	}
+	for i := range v.NumField() {
+		tag, _, _ := strings.Cut(v.Type().Field(i).Tag.Get("json"), ",")
+		if tag == name {
+			return v.Field(i), true
+		}
+	}
+	return reflect.Value{}, false
 }
 
 // InboundQueue is spec.limits.inboundQueue with its default.

@@ -3,14 +3,12 @@ package postgres
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math"
-	"slices"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tetra-messenger/tetra/workload/history"
+	"github.com/tetra-messenger/tetra/workload/store/storecore"
 )
 
 // The calls of PROTOCOL.md §7 (history.ChatAPI): history pages in both
@@ -45,16 +43,6 @@ const (
 	FROM a, history AS h WHERE h.chat_id = $1 AND h.id > a.id AND ` + visibleSQL + ` ORDER BY h.chat_id, h.id LIMIT $6`
 )
 
-// membership is what the reading member's row says about one chat.
-type membership struct {
-	chat      history.Chat // kind, title, creator, creation, history
-	joinedAt  int64
-	joinedSeq int64
-	mark      int64 // the member's read marker's Seq, 0 for none
-	newest    int64 // SentAt of the newest message of the current interval (or chat), 0 for none
-	vis       history.Visibility
-}
-
 // membershipSQL lists the chats of member $1 (all, or the one $2 when not
 // empty) with what the list and the visibility need; the newest ordinary
 // message (kind 0: edits and deletes do not move a chat up the list,
@@ -87,22 +75,194 @@ func (db *DB) readTx(ctx context.Context) (pgx.Tx, error) {
 // readTxBegin opens readTx's transaction in one round trip.
 const readTxBegin = `BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET LOCAL enable_bitmapscan = off`
 
-// memberships reads the rows of membershipSQL.
-func memberships(ctx context.Context, q pgx.Tx, user, chatID string) ([]membership, error) {
-	rows, err := q.Query(ctx, membershipSQL, user, chatID)
+// core is the DB as the shared algorithms of storecore see it (DB.Methods:
+// AddMember, RemoveMember and the ChatAPI's changes and reads).
+//
+// Serializing a change of members with Commit: AddMember and
+// RemoveMember take the append lock (AppendLockKey, changeTx.LockAppend)
+// first, the lock Commit's write round trip holds from its insert to its
+// COMMIT. A commit holding it finishes first, and its messages are at or
+// below a removal's cutoff (read under the lock). A commit that waits for
+// it takes the statement snapshot of its insert after the change
+// committed, so the insert's epoch check fails and Commit reads the member
+// list again. AddMember then locks the chat row (FOR NO KEY UPDATE, which
+// does not block Commit's foreign key checks), so concurrent additions to
+// one group cannot overshoot MaxGroupMembers.
+type core struct{ db *DB }
+
+// Begin implements storecore.Backend: a read-write transaction on a pooled
+// connection.
+func (c core) Begin(ctx context.Context, op string) (storecore.ChangeTx, error) {
+	tx, err := c.db.pool.Begin(ctx)
+	if err != nil {
+		return nil, unavailable(op, err)
+	}
+	return &changeTx{tx: tx, op: op}, nil
+}
+
+// Read implements storecore.Backend: readTx.
+func (c core) Read(ctx context.Context, op string) (storecore.ReadTx, error) {
+	tx, err := c.db.readTx(ctx)
+	if err != nil {
+		return nil, unavailable(op, err)
+	}
+	return readTx{tx}, nil
+}
+
+// changeTx is a read-write transaction whose writes are queued in one
+// batch, sent in one round trip before the next read or the COMMIT.
+type changeTx struct {
+	tx pgx.Tx
+	op string
+	b  *pgx.Batch
+}
+
+// queue adds a write to the pending batch.
+func (t *changeTx) queue(query string, args ...any) error {
+	if t.b == nil {
+		t.b = &pgx.Batch{}
+	}
+	t.b.Queue(query, args...)
+	return nil
+}
+
+// flush sends the pending batch.
+func (t *changeTx) flush(ctx context.Context) error {
+	if t.b == nil {
+		return nil
+	}
+	b := t.b
+	t.b = nil
+	if err := t.tx.SendBatch(ctx, b).Close(); err != nil {
+		return unavailable(t.op, err)
+	}
+	return nil
+}
+
+// LockAppend takes the append lock (AppendLockKey), the lock Commit's
+// write round trip holds from its insert to its COMMIT.
+func (t *changeTx) LockAppend(ctx context.Context) error {
+	if err := t.flush(ctx); err != nil {
+		return err
+	}
+	if _, err := t.tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, AppendLockKey); err != nil {
+		return unavailable(t.op, err)
+	}
+	return nil
+}
+
+// LockChat locks the chat row FOR NO KEY UPDATE, which does not block
+// Commit's foreign key checks.
+func (t *changeTx) LockChat(ctx context.Context, chatID string) error {
+	if err := t.flush(ctx); err != nil {
+		return err
+	}
+	var locked string
+	switch err := t.tx.QueryRow(ctx, `SELECT id FROM chats WHERE id = $1 FOR NO KEY UPDATE`, chatID).Scan(&locked); {
+	case errors.Is(err, pgx.ErrNoRows):
+		return storecore.NotFound(chatID)
+	case err != nil:
+		return unavailable(t.op, err)
+	}
+	return nil
+}
+
+func (t *changeTx) Chat(ctx context.Context, chatID string) (history.Chat, error) {
+	if err := t.flush(ctx); err != nil {
+		return history.Chat{}, err
+	}
+	c, err := scanChat(t.tx.QueryRow(ctx, `SELECT `+chatColumns+` FROM chats AS c WHERE c.id = $1`, chatID))
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return history.Chat{}, storecore.NotFound(chatID)
+	case err != nil:
+		return history.Chat{}, unavailable(t.op, err)
+	}
+	return c, nil
+}
+
+func (t *changeTx) MaxSeq(ctx context.Context) (int64, error) {
+	if err := t.flush(ctx); err != nil {
+		return 0, err
+	}
+	var cutoff int64
+	if err := t.tx.QueryRow(ctx, `SELECT coalesce(max(id), 0) FROM history`).Scan(&cutoff); err != nil {
+		return 0, unavailable(t.op, err)
+	}
+	return cutoff, nil
+}
+
+// InsertMember: commits wait for the append lock this transaction holds,
+// so max(id) is every Seq committed so far.
+func (t *changeTx) InsertMember(_ context.Context, chatID, user string, joinedAt int64) error {
+	return t.queue(`INSERT INTO members (chat_id, user_id, joined_at, joined_seq)
+		VALUES ($1, $2, $3, (SELECT coalesce(max(id), 0) FROM history))`, chatID, user, joinedAt)
+}
+
+func (t *changeTx) EndSpan(_ context.Context, chatID, user string, cutoff int64) error {
+	return t.queue(`INSERT INTO member_spans (chat_id, user_id, from_seq, to_seq)
+		SELECT chat_id, user_id, joined_seq, $3 FROM members WHERE chat_id = $1 AND user_id = $2 AND joined_seq < $3
+		ON CONFLICT (chat_id, user_id, from_seq) DO UPDATE SET to_seq = greatest(member_spans.to_seq, excluded.to_seq)`,
+		chatID, user, cutoff)
+}
+
+func (t *changeTx) DeleteMember(_ context.Context, chatID, user string) error {
+	return t.queue(`DELETE FROM members WHERE chat_id = $1 AND user_id = $2`, chatID, user)
+}
+
+func (t *changeTx) KeepAdmin(_ context.Context, chatID string, at int64, steppingDown string) error {
+	return t.queue(keepAdminSQL, chatID, at, steppingDown)
+}
+
+func (t *changeTx) CloseChat(_ context.Context, chatID string) error {
+	return t.queue(`UPDATE chats SET closed = true WHERE id = $1`, chatID)
+}
+
+func (t *changeTx) BumpEpoch(context.Context) error {
+	return t.queue(`UPDATE membership_epoch SET epoch = epoch + 1 WHERE id = 1`)
+}
+
+func (t *changeTx) SetTitle(_ context.Context, chatID, title string) error {
+	return t.queue(`UPDATE chats SET title = $1 WHERE id = $2`, title, chatID)
+}
+
+func (t *changeTx) SetAdmin(_ context.Context, chatID, user string, at int64) error {
+	return t.queue(`UPDATE members SET admin_at = $1 WHERE chat_id = $2 AND user_id = $3`, at, chatID, user)
+}
+
+func (t *changeTx) Commit(ctx context.Context) error {
+	if err := t.flush(ctx); err != nil {
+		return err
+	}
+	if err := t.tx.Commit(ctx); err != nil {
+		return unavailable(t.op, err)
+	}
+	return nil
+}
+
+func (t *changeTx) Rollback() { txRollback(t.tx) }
+
+// readTx is a read-only REPEATABLE READ transaction (DB.readTx).
+type readTx struct{ tx pgx.Tx }
+
+func (t readTx) Rollback() { txRollback(t.tx) }
+
+// Memberships implements storecore.ReadTx: the rows of membershipSQL,
+// the intervals of a "member" group with them.
+func (t readTx) Memberships(ctx context.Context, user, chatID string) ([]storecore.Membership, error) {
+	rows, err := t.tx.Query(ctx, membershipSQL, user, chatID)
 	if err != nil {
 		return nil, unavailable("chat list", err)
 	}
-	ms, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (membership, error) {
-		var m membership
-		var created int64
+	ms, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (storecore.Membership, error) {
+		var c history.Chat
+		var created, joinedAt, joinedSeq, mark, newest int64
 		var from, to []int64
-		err := row.Scan(&m.chat.ID, &m.chat.Kind, &m.chat.Title, &m.chat.CreatedBy, &created, &m.chat.History,
-			&m.joinedAt, &m.joinedSeq, &m.mark, &m.newest, &from, &to)
-		m.chat.CreatedAt = fromNanos(created)
-		m.vis = history.Visibility{Shared: m.chat.History != history.HistoryMember, Joined: m.joinedSeq}
+		err := row.Scan(&c.ID, &c.Kind, &c.Title, &c.CreatedBy, &created, &c.History,
+			&joinedAt, &joinedSeq, &mark, &newest, &from, &to)
+		m := storecore.NewMembership(c, created, joinedAt, joinedSeq, mark, newest)
 		for i := range min(len(from), len(to)) {
-			m.vis.Spans = append(m.vis.Spans, history.Span{From: from[i], To: to[i]})
+			m.Vis.Spans = append(m.Vis.Spans, history.Span{From: from[i], To: to[i]})
 		}
 		return m, err
 	})
@@ -112,36 +272,40 @@ func memberships(ctx context.Context, q pgx.Tx, user, chatID string) ([]membersh
 	return ms, nil
 }
 
-// activity is m's LastActivity (PROTOCOL.md §7.2).
-func (m membership) activity() time.Time {
-	var newest time.Time
-	if m.newest != 0 {
-		newest = fromNanos(m.newest)
+// Spans implements storecore.ReadTx: Memberships read them already.
+func (t readTx) Spans(context.Context, string, string, *history.Visibility) error { return nil }
+
+// ChatOpen implements storecore.ReadTx.
+func (t readTx) ChatOpen(ctx context.Context, chatID string) (bool, error) {
+	var closed bool
+	switch err := t.tx.QueryRow(ctx, `SELECT closed FROM chats WHERE id = $1`, chatID).Scan(&closed); {
+	case errors.Is(err, pgx.ErrNoRows):
+		return false, nil
+	case err != nil:
+		return false, unavailable("chat", err)
 	}
-	return history.Activity(m.chat.CreatedAt, fromNanos(m.joinedAt), newest)
+	return !closed, nil
 }
 
-// member reads user's membership of chatID: ErrNotFound for an unknown or
-// closed chat, ErrNotMember for a non-member.
-func member(ctx context.Context, tx pgx.Tx, chatID, user string) (membership, error) {
-	if !storable(chatID) {
-		return membership{}, fmt.Errorf("%w: chat %q", history.ErrNotFound, chatID)
+// Page implements storecore.ReadTx: beforeSQL or sinceSQL, the cursor
+// resolved in the same statement.
+func (t readTx) Page(ctx context.Context, m storecore.Membership, user, cursor string, backward bool, limit int) ([]history.Message, error) {
+	floor := m.Vis.Floor()
+	var rows pgx.Rows
+	var err error
+	if backward {
+		rows, err = t.tx.Query(ctx, beforeSQL, m.Chat.ID, floor, m.Vis.Shared, m.Vis.Joined, user, int64(limit), int64(math.MaxInt64), cursor)
+	} else {
+		rows, err = t.tx.Query(ctx, sinceSQL, m.Chat.ID, floor, m.Vis.Shared, m.Vis.Joined, user, int64(limit), cursor)
 	}
-	ms, err := memberships(ctx, tx, user, chatID)
 	if err != nil {
-		return membership{}, err
+		return nil, unavailable("page", err)
 	}
-	if len(ms) == 1 {
-		return ms[0], nil
+	msgs, err := scanMessages(rows, m.Chat.ID)
+	if err != nil {
+		return nil, unavailable("page", err)
 	}
-	var closed bool
-	switch err := tx.QueryRow(ctx, `SELECT closed FROM chats WHERE id = $1`, chatID).Scan(&closed); {
-	case errors.Is(err, pgx.ErrNoRows) || closed:
-		return membership{}, fmt.Errorf("%w: chat %q", history.ErrNotFound, chatID)
-	case err != nil:
-		return membership{}, unavailable("chat", err)
-	}
-	return membership{}, fmt.Errorf("%w: %q in chat %q", history.ErrNotMember, user, chatID)
+	return msgs, nil
 }
 
 // scanMessages collects the rows of beforeSQL or sinceSQL.
@@ -158,126 +322,6 @@ func scanMessages(rows pgx.Rows, chatID string) ([]history.Message, error) {
 		setKind(&m, int(kind), ref, editedAt, deleted)
 		return m, err
 	})
-}
-
-// Messages implements history.ChatAPI: one page of q.ChatID as q.User may
-// read it (PROTOCOL.md §4, §7.1, §7.6). Forward pages start above Since (or
-// the beginning); backward pages end below Before, or after the newest
-// message when Before is history.PageEnd or does not resolve, and are
-// returned oldest first. Each is one range of history_unread; in a
-// "member" group the range starts at the member's first interval and the
-// messages between its intervals are filtered out. Three round trips in
-// one read-only transaction: the membership, the cursor with the page.
-func (db *DB) Messages(ctx context.Context, q history.PageQuery) ([]history.Message, bool, error) {
-	if err := q.Check(); err != nil {
-		return nil, false, err
-	}
-	tx, err := db.readTx(ctx)
-	if err != nil {
-		return nil, false, unavailable("page", err)
-	}
-	defer txRollback(tx)
-	m, err := member(ctx, tx, q.ChatID, q.User)
-	if err != nil {
-		return nil, false, err
-	}
-	cursor, backward := q.Since, false
-	if q.Before != "" {
-		cursor, backward = q.Before, true
-	}
-	if !storable(cursor) {
-		cursor = "" // no message: the beginning, or the end
-	}
-	floor := m.vis.Floor()
-	var rows pgx.Rows
-	if backward {
-		rows, err = tx.Query(ctx, beforeSQL, m.chat.ID, floor, m.vis.Shared, m.vis.Joined, q.User, int64(q.Limit)+1, int64(math.MaxInt64), cursor)
-	} else {
-		rows, err = tx.Query(ctx, sinceSQL, m.chat.ID, floor, m.vis.Shared, m.vis.Joined, q.User, int64(q.Limit)+1, cursor)
-	}
-	if err != nil {
-		return nil, false, unavailable("page", err)
-	}
-	msgs, err := scanMessages(rows, m.chat.ID)
-	if err != nil {
-		return nil, false, unavailable("page", err)
-	}
-	more := len(msgs) > q.Limit
-	if more {
-		msgs = msgs[:q.Limit]
-	}
-	if backward {
-		slices.Reverse(msgs)
-	}
-	if msgs == nil {
-		msgs = []history.Message{}
-	}
-	return msgs, more, nil
-}
-
-// ChatFor implements history.ChatAPI on one snapshot.
-func (db *DB) ChatFor(ctx context.Context, chatID, user string) (history.Chat, error) {
-	if err := validUser("user id", user); err != nil {
-		return history.Chat{}, err
-	}
-	tx, err := db.readTx(ctx)
-	if err != nil {
-		return history.Chat{}, unavailable("chat", err)
-	}
-	defer txRollback(tx)
-	m, err := member(ctx, tx, chatID, user)
-	if err != nil {
-		return history.Chat{}, err
-	}
-	chats, err := fillChats(ctx, tx, []membership{m}, user)
-	if err != nil {
-		return history.Chat{}, err
-	}
-	return chats[0], nil
-}
-
-// ChatList implements history.ChatAPI: every chat of user is read with
-// its activity (members_user, plus one probe of history_unread for its
-// newest message), the keys sorted in memory, and only the page's chats
-// are filled. On one snapshot.
-func (db *DB) ChatList(ctx context.Context, user, cursor string, limit int) ([]history.Chat, string, error) {
-	if err := validUser("user id", user); err != nil {
-		return nil, "", err
-	}
-	if limit < 1 || limit > history.MaxListLimit {
-		return nil, "", fmt.Errorf("%w: list limit %d, want 1..%d", history.ErrInvalid, limit, history.MaxListLimit)
-	}
-	var after *history.ListKey
-	if cursor != "" {
-		k, err := history.DecodeCursor(cursor)
-		if err != nil {
-			return nil, "", err
-		}
-		after = &k
-	}
-	tx, err := db.readTx(ctx)
-	if err != nil {
-		return nil, "", unavailable("chat list", err)
-	}
-	defer txRollback(tx)
-	ms, err := memberships(ctx, tx, user, "")
-	if err != nil {
-		return nil, "", err
-	}
-	keys := make([]history.ListKey, len(ms))
-	for i, m := range ms {
-		keys[i] = history.ListKey{Activity: nanos(m.activity()), ChatID: m.chat.ID}
-	}
-	idx, next := history.PageList(keys, after, limit)
-	pageMs := make([]membership, len(idx))
-	for j, i := range idx {
-		pageMs[j] = ms[i]
-	}
-	chats, err := fillChats(ctx, tx, pageMs, user)
-	if err != nil {
-		return nil, "", err
-	}
-	return chats, next, nil
 }
 
 // fillSQL reads, for each chat $1[i] (marker or floor $2[i], floor $3[i],
@@ -302,60 +346,27 @@ const fillSQL = `SELECT p.chat_id, u.n, l.id, l.message_id, l.sender_id, l.sende
 const fillVisibleSQL = `(p.shared OR h.id > p.joined OR EXISTS (SELECT 1 FROM member_spans AS s
 	WHERE s.chat_id = p.chat_id AND s.user_id = $6 AND s.from_seq < h.id AND s.to_seq >= h.id))`
 
-// fillChats completes the chats of ms as user sees them: members, admins and
-// read markers, unread counts and last messages, in two statements sent
-// in one round trip.
-func fillChats(ctx context.Context, tx pgx.Tx, ms []membership, user string) ([]history.Chat, error) {
-	chats := make([]history.Chat, len(ms))
-	if len(ms) == 0 {
-		return chats, nil
-	}
-	index := make(map[string]int, len(ms))
-	ids := make([]string, len(ms))
-	marks := make([]int64, len(ms))
-	floors := make([]int64, len(ms))
-	shared := make([]bool, len(ms))
-	joined := make([]int64, len(ms))
-	for i, m := range ms {
-		chats[i] = m.chat
-		chats[i].LastRead = map[string]string{}
-		chats[i].Members, chats[i].Admins = []string{}, []string{}
-		chats[i].LastActivity = m.activity()
-		index[m.chat.ID] = i
-		ids[i] = m.chat.ID
-		floors[i] = m.vis.Floor()
-		marks[i] = max(m.mark, floors[i])
-		shared[i] = m.vis.Shared
-		joined[i] = m.vis.Joined
-	}
+// Fill implements storecore.ReadTx: members, admins and read markers,
+// unread counts and last messages, in two statements sent in one round
+// trip.
+func (t readTx) Fill(ctx context.Context, f *storecore.Fill, user string) error {
+	p := f.Params()
 	b := &pgx.Batch{}
 	b.Queue(`SELECT m.chat_id, m.user_id, m.admin_at, r.message_id
 		FROM members AS m LEFT JOIN reads AS r ON r.chat_id = m.chat_id AND r.user_id = m.user_id
-		WHERE m.chat_id = ANY($1) ORDER BY m.chat_id, m.user_id`, ids)
-	b.Queue(fillSQL, ids, marks, floors, shared, joined, user, int64(history.MaxUnread))
-	br := tx.SendBatch(ctx, b)
+		WHERE m.chat_id = ANY($1) ORDER BY m.chat_id, m.user_id`, p.IDs)
+	b.Queue(fillSQL, p.IDs, p.Marks, p.Floors, p.Shared, p.Joined, user, int64(history.MaxUnread))
+	br := t.tx.SendBatch(ctx, b)
 	defer br.Close()
 	rows, _ := br.Query()
-	type admin struct {
-		user string
-		at   int64
-	}
-	admins := make([][]admin, len(ms))
 	var chatID, u string
 	var at int64
 	var read *string
 	if _, err := pgx.ForEachRow(rows, []any{&chatID, &u, &at, &read}, func() error {
-		i := index[chatID]
-		chats[i].Members = append(chats[i].Members, u)
-		if read != nil {
-			chats[i].LastRead[u] = *read
-		}
-		if at > 0 {
-			admins[i] = append(admins[i], admin{u, at})
-		}
+		f.Member(chatID, u, at, read)
 		return nil
 	}); err != nil {
-		return nil, unavailable("chat members", err)
+		return unavailable("chat members", err)
 	}
 	rows, _ = br.Query()
 	var n int
@@ -363,178 +374,37 @@ func fillChats(ctx context.Context, tx pgx.Tx, ms []membership, user string) ([]
 	var mid, sender, device, corr, body *string
 	var deleted *bool
 	if _, err := pgx.ForEachRow(rows, []any{&chatID, &n, &seq, &mid, &sender, &device, &corr, &body, &sentAt, &editedAt, &deleted}, func() error {
-		i := index[chatID]
-		chats[i].Unread = n
-		if seq != nil {
-			chats[i].LastMessage = &history.Message{Seq: *seq, ID: *mid, ChatID: chatID, SenderID: *sender,
-				SenderDevice: *device, CorrelationID: *corr, Body: *body, SentAt: fromNanos(*sentAt)}
-			// An ordinary message (kind 0): its current body, editedAt
-			// after an edit, or its tombstone after a delete (§7.3).
-			setKind(chats[i].LastMessage, history.KindMessage, "", *editedAt, *deleted)
+		if seq == nil {
+			f.Last(chatID, n, nil, 0, false)
+			return nil
 		}
+		f.Last(chatID, n, &history.Message{Seq: *seq, ID: *mid, SenderID: *sender,
+			SenderDevice: *device, CorrelationID: *corr, Body: *body, SentAt: fromNanos(*sentAt)}, *editedAt, *deleted)
 		return nil
 	}); err != nil {
-		return nil, unavailable("unread", err)
+		return unavailable("unread", err)
 	}
 	if err := br.Close(); err != nil {
-		return nil, unavailable("chat list", err)
+		return unavailable("chat list", err)
 	}
-	for i := range chats {
-		slices.SortFunc(admins[i], func(a, b admin) int {
-			if a.at != b.at {
-				return int(min(max(a.at-b.at, -1), 1))
-			}
-			if a.user < b.user {
-				return -1
-			}
-			return 1
-		})
-		for _, a := range admins[i] {
-			chats[i].Admins = append(chats[i].Admins, a.user)
-		}
-	}
-	return chats, nil
+	return nil
 }
 
 // IsAdmin implements history.ChatAPI: one probe of the members key.
 func (db *DB) IsAdmin(ctx context.Context, chatID, user string) (bool, error) {
 	if !storable(chatID) {
-		return false, fmt.Errorf("%w: chat %q", history.ErrNotFound, chatID)
+		return false, storecore.NotFound(chatID)
 	}
 	var closed, admin bool
 	err := db.pool.QueryRow(ctx, `SELECT c.closed, EXISTS (SELECT 1 FROM members AS m
 		WHERE m.chat_id = c.id AND m.user_id = $2 AND m.admin_at > 0) FROM chats AS c WHERE c.id = $1`, chatID, user).Scan(&closed, &admin)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows) || closed:
-		return false, fmt.Errorf("%w: chat %q", history.ErrNotFound, chatID)
+		return false, storecore.NotFound(chatID)
 	case err != nil:
 		return false, unavailable("is admin", err)
 	}
 	return admin, nil
-}
-
-// change runs fn in one transaction with the chat row locked (FOR NO KEY
-// UPDATE, so concurrent changes of one chat serialize) and the chat as read
-// after the lock, and returns the chat as read after fn. fn returns false
-// to change nothing.
-func (db *DB) change(ctx context.Context, op, chatID string, fn func(tx pgx.Tx, c history.Chat) (bool, error)) (history.Chat, error) {
-	if !storable(chatID) {
-		return history.Chat{}, fmt.Errorf("%w: chat %q", history.ErrNotFound, chatID)
-	}
-	tx, err := db.pool.Begin(ctx)
-	if err != nil {
-		return history.Chat{}, unavailable(op, err)
-	}
-	defer txRollback(tx)
-	load := func() (history.Chat, error) {
-		c, err := scanChat(tx.QueryRow(ctx, `SELECT `+chatColumns+` FROM chats AS c WHERE c.id = $1`, chatID))
-		switch {
-		case errors.Is(err, pgx.ErrNoRows):
-			return history.Chat{}, fmt.Errorf("%w: chat %q", history.ErrNotFound, chatID)
-		case err != nil:
-			return history.Chat{}, unavailable(op, err)
-		}
-		return c, nil
-	}
-	var locked string
-	switch err := tx.QueryRow(ctx, `SELECT id FROM chats WHERE id = $1 FOR NO KEY UPDATE`, chatID).Scan(&locked); {
-	case errors.Is(err, pgx.ErrNoRows):
-		return history.Chat{}, fmt.Errorf("%w: chat %q", history.ErrNotFound, chatID)
-	case err != nil:
-		return history.Chat{}, unavailable(op, err)
-	}
-	c, err := load()
-	if err != nil {
-		return history.Chat{}, err
-	}
-	changed, err := fn(tx, c)
-	if err != nil {
-		return history.Chat{}, err
-	}
-	if changed {
-		if c, err = load(); err != nil {
-			return history.Chat{}, err
-		}
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return history.Chat{}, unavailable(op, err)
-	}
-	return c, nil
-}
-
-// Rename implements history.ChatAPI.
-func (db *DB) Rename(ctx context.Context, chatID, by, title string) (history.Chat, error) {
-	if err := validUser("user id", by); err != nil {
-		return history.Chat{}, err
-	}
-	title, err := history.CheckTitle(title)
-	if err != nil {
-		return history.Chat{}, err
-	}
-	return db.change(ctx, "rename", chatID, func(tx pgx.Tx, c history.Chat) (bool, error) {
-		if err := history.CheckAdminChange(c, by, "rename it"); err != nil {
-			return false, err
-		}
-		if _, err := tx.Exec(ctx, `UPDATE chats SET title = $1 WHERE id = $2`, title, chatID); err != nil {
-			return false, unavailable("rename", err)
-		}
-		return true, nil
-	})
-}
-
-// AddAdmin implements history.ChatAPI.
-func (db *DB) AddAdmin(ctx context.Context, chatID, by, user string) (history.Chat, error) {
-	if err := validUser("user id", by); err != nil {
-		return history.Chat{}, err
-	}
-	if err := validUser("userId", user); err != nil {
-		return history.Chat{}, err
-	}
-	return db.change(ctx, "add admin", chatID, func(tx pgx.Tx, c history.Chat) (bool, error) {
-		if err := history.CheckAdminChange(c, by, "make admins"); err != nil {
-			return false, err
-		}
-		if !c.HasMember(user) {
-			return false, fmt.Errorf("%w: %q is not a member of the group", history.ErrInvalid, user)
-		}
-		if c.IsAdmin(user) {
-			return false, nil
-		}
-		if _, err := tx.Exec(ctx, `UPDATE members SET admin_at = $1 WHERE chat_id = $2 AND user_id = $3`,
-			nanos(time.Now()), chatID, user); err != nil {
-			return false, unavailable("add admin", err)
-		}
-		return true, nil
-	})
-}
-
-// RemoveAdmin implements history.ChatAPI.
-func (db *DB) RemoveAdmin(ctx context.Context, chatID, by, user string) (history.Chat, error) {
-	if err := validUser("user id", by); err != nil {
-		return history.Chat{}, err
-	}
-	if err := validUser("userId", user); err != nil {
-		return history.Chat{}, err
-	}
-	return db.change(ctx, "remove admin", chatID, func(tx pgx.Tx, c history.Chat) (bool, error) {
-		switch {
-		case !c.HasMember(by):
-			return false, fmt.Errorf("%w: %q in chat %q", history.ErrNotMember, by, chatID)
-		case c.Kind != history.KindGroup:
-			return false, fmt.Errorf("%w: admins: group chats only", history.ErrInvalid)
-		case by != user:
-			return false, fmt.Errorf("%w: an admin may only step down itself", history.ErrForbidden)
-		case !c.IsAdmin(user):
-			return false, nil
-		}
-		b := &pgx.Batch{}
-		b.Queue(`UPDATE members SET admin_at = 0 WHERE chat_id = $1 AND user_id = $2`, chatID, user)
-		b.Queue(keepAdminSQL, chatID, nanos(time.Now()), user)
-		if err := tx.SendBatch(ctx, b).Close(); err != nil {
-			return false, unavailable("remove admin", err)
-		}
-		return true, nil
-	})
 }
 
 // keepAdminSQL makes the member of chat $1 who joined earliest (then by

@@ -4,12 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tetra-messenger/tetra/workload/history"
+	"github.com/tetra-messenger/tetra/workload/store/storecore"
 	"github.com/tetra-messenger/tetra/workload/text"
 )
 
@@ -23,9 +22,8 @@ const (
 	MaxGroupMembers = history.MaxGroupMembers
 )
 
-// validUser checks a user id (history.CheckUser, the rule shared by every
-// store and the token layer); what names the argument in the error.
-func validUser(what, id string) error { return history.CheckUser(what, id) }
+// validUser is storecore.ValidUser.
+func validUser(what, id string) error { return storecore.ValidUser(what, id) }
 
 // chatColumns reads a chat with its members sorted, in one statement (one
 // snapshot). The alias of chats must be c.
@@ -59,28 +57,16 @@ func scanChat(row pgx.Row) (history.Chat, error) {
 // MaxUserIDBytes) and a == b give ErrInvalid; store failures
 // ErrUnavailable.
 func (db *DB) CreateDirect(ctx context.Context, a, b string) (history.Chat, bool, error) {
-	if err := validUser("user id", a); err != nil {
+	lo, hi, err := storecore.DirectPair(a, b)
+	if err != nil {
 		return history.Chat{}, false, err
 	}
-	if err := validUser("member id", b); err != nil {
-		return history.Chat{}, false, err
-	}
-	if a == b {
-		return history.Chat{}, false, fmt.Errorf("%w: a direct chat needs two different users", history.ErrInvalid)
-	}
-	lo, hi := min(a, b), max(a, b)
 	// The chat usually exists already.
 	if c, found, err := db.directChat(ctx, lo, hi); err != nil || found {
 		return c, false, err
 	}
-	c := history.Chat{
-		ID:        newChatID(),
-		Kind:      history.KindDirect,
-		Members:   []string{lo, hi},
-		Admins:    []string{},
-		History:   history.HistoryShared,
-		CreatedAt: fromNanos(nanos(time.Now())),
-	}
+	c := storecore.NewDirect(lo, hi)
+	c.Admins = []string{}
 	// The pair row decides. A concurrent insert of the same pair makes ON
 	// CONFLICT wait for its transaction; when that commits, this statement
 	// writes nothing. Foreign keys are checked at the end of the statement,
@@ -125,59 +111,30 @@ func (db *DB) directChat(ctx context.Context, lo, hi string) (history.Chat, bool
 	return c, true, nil
 }
 
-// CreateGroup creates a group chat of creator plus members with shared
-// history: CreateGroupWith.
-func (db *DB) CreateGroup(ctx context.Context, creator, title string, members []string) (history.Chat, error) {
-	return db.CreateGroupWith(ctx, history.GroupSpec{Creator: creator, Title: title, Members: members})
-}
-
-// CreateGroupWith creates a group chat of spec.Creator plus spec.Members,
-// duplicates removed, members sorted, the creator its admin (PROTOCOL.md
-// §7.5) and spec.History its history setting (§7.6), in one statement. The
-// title is trimmed of surrounding white space and may be empty. Invalid
-// user ids, a title over MaxTitleBytes, not UTF-8 or containing NUL
-// (history.CheckText), more than MaxGroupMembers members and an unknown
-// history setting give ErrInvalid.
-func (db *DB) CreateGroupWith(ctx context.Context, spec history.GroupSpec) (history.Chat, error) {
-	title, all, err := history.CheckGroup(spec.Creator, spec.Title, spec.Members)
-	if err != nil {
-		return history.Chat{}, err
-	}
-	hist, err := history.CheckHistory(spec.History)
-	if err != nil {
-		return history.Chat{}, err
-	}
-	c := history.Chat{
-		ID:        newChatID(),
-		Kind:      history.KindGroup,
-		Title:     title,
-		CreatedBy: spec.Creator,
-		Members:   all,
-		Admins:    []string{spec.Creator},
-		History:   hist,
-		CreatedAt: fromNanos(nanos(time.Now())),
-	}
-	if _, err := db.pool.Exec(ctx, `WITH c AS (
+// InsertGroup implements storecore.Backend: the chat and its members in
+// one statement.
+func (c core) InsertGroup(ctx context.Context, chat history.Chat) error {
+	if _, err := c.db.pool.Exec(ctx, `WITH c AS (
 			INSERT INTO chats (id, kind, title, created_by, created_at, history) VALUES ($1, 'group', $2, $5, $3, $6)
 		)
 		INSERT INTO members (chat_id, user_id, joined_at, admin_at)
 		SELECT $1, u, $3, CASE WHEN u = $5 THEN $3 ELSE 0 END FROM unnest($4::text[]) AS u`,
-		c.ID, c.Title, nanos(c.CreatedAt), all, spec.Creator, hist); err != nil {
-		return history.Chat{}, unavailable("create group", err)
+		chat.ID, chat.Title, nanos(chat.CreatedAt), chat.Members, chat.CreatedBy, chat.History); err != nil {
+		return unavailable("create group", err)
 	}
-	return c, nil
+	return nil
 }
 
 // Chat returns the chat chatID with its members sorted, or ErrNotFound. It
 // reads one snapshot.
 func (db *DB) Chat(ctx context.Context, chatID string) (history.Chat, error) {
 	if !storable(chatID) {
-		return history.Chat{}, fmt.Errorf("%w: chat %q", history.ErrNotFound, chatID)
+		return history.Chat{}, storecore.NotFound(chatID)
 	}
 	c, err := scanChat(db.pool.QueryRow(ctx, `SELECT `+chatColumns+` FROM chats AS c WHERE c.id = $1`, chatID))
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		return history.Chat{}, fmt.Errorf("%w: chat %q", history.ErrNotFound, chatID)
+		return history.Chat{}, storecore.NotFound(chatID)
 	case err != nil:
 		return history.Chat{}, unavailable("chat", err)
 	}
@@ -265,7 +222,7 @@ func (db *DB) ReadMarks(ctx context.Context, chatID string) (map[string]string, 
 // (one probe of the members primary key). An unknown chat is ErrNotFound.
 func (db *DB) IsMember(ctx context.Context, chatID, user string) (bool, error) {
 	if !storable(chatID) {
-		return false, fmt.Errorf("%w: chat %q", history.ErrNotFound, chatID)
+		return false, storecore.NotFound(chatID)
 	}
 	if !storable(user) {
 		return false, nil
@@ -277,168 +234,7 @@ func (db *DB) IsMember(ctx context.Context, chatID, user string) (bool, error) {
 		return false, unavailable("is member", err)
 	}
 	if !chat {
-		return false, fmt.Errorf("%w: chat %q", history.ErrNotFound, chatID)
+		return false, storecore.NotFound(chatID)
 	}
 	return member, nil
-}
-
-// AddMember adds user to the group chatID on behalf of by and returns the
-// chat. Errors, in the order checked: ErrInvalid for bad user ids,
-// ErrNotFound for an unknown chat, ErrNotMember when by is not a member,
-// ErrInvalid for a direct chat or a group already at MaxGroupMembers.
-// Adding an existing member changes nothing. The chat row is locked (FOR NO
-// KEY UPDATE, which does not block Commit's foreign key checks) so
-// concurrent additions to one group cannot overshoot MaxGroupMembers, and
-// the membership epoch is bumped in the same transaction. The transaction
-// takes the append lock (AppendLockKey) first, as RemoveMember does, so it
-// serializes with Commit's write: a commit that follows AddMember's return
-// sees the new epoch and the new member.
-func (db *DB) AddMember(ctx context.Context, chatID, by, user string) (history.Chat, error) {
-	if err := validUser("user id", by); err != nil {
-		return history.Chat{}, err
-	}
-	if err := validUser("member id", user); err != nil {
-		return history.Chat{}, err
-	}
-	if !storable(chatID) {
-		return history.Chat{}, fmt.Errorf("%w: chat %q", history.ErrNotFound, chatID)
-	}
-	tx, err := db.pool.Begin(ctx)
-	if err != nil {
-		return history.Chat{}, unavailable("add member", err)
-	}
-	defer txRollback(tx)
-	// Lock the chat row first, then read the chat with its members in a
-	// statement of its own: under READ COMMITTED a statement that waited
-	// for the lock still sees the member list of its own snapshot, taken
-	// before the wait, so two concurrent additions at the limit would both
-	// count 999 (TestGroupLimits caught it, about one run in six).
-	// The append lock first, as RemoveMember takes it: changes of one
-	// chat's members never interleave, and none interleaves with a
-	// commit's write.
-	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, AppendLockKey); err != nil {
-		return history.Chat{}, unavailable("add member", err)
-	}
-	var locked string
-	err = tx.QueryRow(ctx, `SELECT id FROM chats WHERE id = $1 FOR NO KEY UPDATE`, chatID).Scan(&locked)
-	var c history.Chat
-	if err == nil {
-		c, err = scanChat(tx.QueryRow(ctx, `SELECT `+chatColumns+` FROM chats AS c WHERE c.id = $1`, chatID))
-	}
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return history.Chat{}, fmt.Errorf("%w: chat %q", history.ErrNotFound, chatID)
-	case err != nil:
-		return history.Chat{}, unavailable("add member", err)
-	}
-	if !c.HasMember(by) {
-		return history.Chat{}, fmt.Errorf("%w: %q in chat %q", history.ErrNotMember, by, chatID)
-	}
-	if c.Kind != history.KindGroup {
-		return history.Chat{}, fmt.Errorf("%w: members can be added to group chats only", history.ErrInvalid)
-	}
-	if c.HasMember(user) {
-		return c, nil // the deferred rollback ends the read-only transaction
-	}
-	if len(c.Members) >= MaxGroupMembers {
-		return history.Chat{}, fmt.Errorf("%w: a group has at most %d members", history.ErrInvalid, MaxGroupMembers)
-	}
-	b := &pgx.Batch{}
-	// The new membership interval holds the Seqs above every one
-	// committed so far (PROTOCOL.md §7.6): commits wait for the append
-	// lock this transaction holds.
-	b.Queue(`INSERT INTO members (chat_id, user_id, joined_at, joined_seq)
-		VALUES ($1, $2, $3, (SELECT coalesce(max(id), 0) FROM history))`, chatID, user, nanos(time.Now()))
-	// Invalidates every process's cache of member lists (see Commit).
-	b.Queue(`UPDATE membership_epoch SET epoch = epoch + 1 WHERE id = 1`)
-	if err := tx.SendBatch(ctx, b).Close(); err != nil {
-		return history.Chat{}, unavailable("add member", err)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return history.Chat{}, unavailable("add member", err)
-	}
-	i, _ := slices.BinarySearch(c.Members, user)
-	c.Members = slices.Insert(c.Members, i, user)
-	return c, nil
-}
-
-// RemoveMember removes user from the group chatID on behalf of by
-// (history.Store.RemoveMember: leave, or removal by the creator) and
-// returns the chat after it and the cutoff Seq. Errors as for AddMember,
-// plus ErrForbidden when by removes another member of a chat it did not
-// create (history.CheckRemove); removing a non-member changes nothing.
-//
-// Serializing with Commit: the transaction takes the append lock
-// (AppendLockKey) first, the lock Commit's write round trip holds from
-// its insert to its COMMIT. A commit holding it finishes first, and its
-// messages are at or below cutoff (read under the lock). A commit that
-// waits for it takes the statement snapshot of its insert after the
-// removal committed, so the insert's epoch check fails and Commit reads
-// the member list again, without user. Either way a message committed
-// after RemoveMember returned never has user among its recipients.
-func (db *DB) RemoveMember(ctx context.Context, chatID, by, user string) (history.Chat, int64, error) {
-	if err := validUser("user id", by); err != nil {
-		return history.Chat{}, 0, err
-	}
-	if err := validUser("member id", user); err != nil {
-		return history.Chat{}, 0, err
-	}
-	if !storable(chatID) {
-		return history.Chat{}, 0, fmt.Errorf("%w: chat %q", history.ErrNotFound, chatID)
-	}
-	tx, err := db.pool.Begin(ctx)
-	if err != nil {
-		return history.Chat{}, 0, unavailable("remove member", err)
-	}
-	defer txRollback(tx)
-	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, AppendLockKey); err != nil {
-		return history.Chat{}, 0, unavailable("remove member", err)
-	}
-	c, err := scanChat(tx.QueryRow(ctx, `SELECT `+chatColumns+` FROM chats AS c WHERE c.id = $1`, chatID))
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return history.Chat{}, 0, fmt.Errorf("%w: chat %q", history.ErrNotFound, chatID)
-	case err != nil:
-		return history.Chat{}, 0, unavailable("remove member", err)
-	}
-	if err := history.CheckRemove(c, by, user); err != nil {
-		return history.Chat{}, 0, err
-	}
-	var cutoff int64
-	if err := tx.QueryRow(ctx, `SELECT coalesce(max(id), 0) FROM history`).Scan(&cutoff); err != nil {
-		return history.Chat{}, 0, unavailable("remove member", err)
-	}
-	if !c.HasMember(user) {
-		return c, cutoff, nil // the deferred rollback ends the transaction
-	}
-	b := &pgx.Batch{}
-	// The membership interval ends at cutoff (PROTOCOL.md §7.6); an empty
-	// one is not kept.
-	b.Queue(`INSERT INTO member_spans (chat_id, user_id, from_seq, to_seq)
-		SELECT chat_id, user_id, joined_seq, $3 FROM members WHERE chat_id = $1 AND user_id = $2 AND joined_seq < $3
-		ON CONFLICT (chat_id, user_id, from_seq) DO UPDATE SET to_seq = greatest(member_spans.to_seq, excluded.to_seq)`,
-		chatID, user, cutoff)
-	b.Queue(`DELETE FROM members WHERE chat_id = $1 AND user_id = $2`, chatID, user)
-	// A group never loses its last admin; the last member leaving closes
-	// it (PROTOCOL.md §7.5).
-	b.Queue(keepAdminSQL, chatID, nanos(time.Now()), "")
-	if len(c.Members) == 1 {
-		b.Queue(`UPDATE chats SET closed = true WHERE id = $1`, chatID)
-	}
-	// Invalidates every process's cache of member lists (see Commit).
-	b.Queue(`UPDATE membership_epoch SET epoch = epoch + 1 WHERE id = 1`)
-	if err := tx.SendBatch(ctx, b).Close(); err != nil {
-		return history.Chat{}, 0, unavailable("remove member", err)
-	}
-	after := history.Chat{ID: c.ID, Kind: c.Kind, Title: c.Title, CreatedBy: c.CreatedBy, CreatedAt: c.CreatedAt,
-		History: c.History, Members: []string{}, Admins: []string{}}
-	if len(c.Members) > 1 {
-		if after, err = scanChat(tx.QueryRow(ctx, `SELECT `+chatColumns+` FROM chats AS c WHERE c.id = $1`, chatID)); err != nil {
-			return history.Chat{}, 0, unavailable("remove member", err)
-		}
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return history.Chat{}, 0, unavailable("remove member", err)
-	}
-	return after, cutoff, nil
 }

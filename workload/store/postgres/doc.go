@@ -37,4 +37,9 @@
 // reach or use the database wraps history.ErrUnavailable (outbox.ErrUnavailable
 // for the log methods); errors name the database as user@host:port/name,
 // never with its password.
+//
+// AddMember, RemoveMember, the admin changes, CreateGroupWith and the reads
+// of history.ChatAPI are the algorithms of ../storecore (DB embeds
+// storecore.Methods); this package gives them its statements (chatapi.go:
+// core, changeTx, readTx; a change's writes go in one pipelined batch).
 package postgres

@@ -2,12 +2,12 @@ package postgres
 
 import (
 	"context"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tetra-messenger/tetra/workload/history"
+	"github.com/tetra-messenger/tetra/workload/store/storecore"
 )
 
 // Edits and deletes in Commit (PROTOCOL.md §7.3, history.CommitPlan): a
@@ -20,36 +20,18 @@ import (
 // the insert and before COMMIT, and apply only to edits and deletes the
 // insert stored (an attempt whose insert stored nothing changes nothing).
 
-// messageColumns are the history columns of a full message, in the order
-// scanMessageRow reads them.
-const messageColumns = `h.id, h.message_id, h.chat_id, h.sender_id, h.sender_device, h.correlation_id, h.body, h.sent_at,
-	h.kind, h.ref, h.edited_at, h.deleted`
+// messageColumns is storecore.MessageColumns, the order messageDest
+// reads.
+const messageColumns = storecore.MessageColumns
 
-// messageDest returns the scan destinations of messageColumns for m, and
-// a func that completes m after the scan.
-func messageDest(m *history.Message) ([]any, func()) {
-	var sentAt, editedAt int64
-	var kind int16
-	var ref string
-	var deleted bool
-	dest := []any{&m.Seq, &m.ID, &m.ChatID, &m.SenderID, &m.SenderDevice, &m.CorrelationID, &m.Body, &sentAt,
-		&kind, &ref, &editedAt, &deleted}
-	return dest, func() {
-		m.SentAt = fromNanos(sentAt)
-		setKind(m, int(kind), ref, editedAt, deleted)
-	}
-}
+// messageDest is storecore.MessageDest: the scan destinations of
+// messageColumns for m, and a func that completes m after the scan.
+func messageDest(m *history.Message) ([]any, func()) { return storecore.MessageDest(m) }
 
-// setKind fills the edit and delete fields of m from their columns.
+// setKind is storecore.SetKind: the edit and delete fields of m from
+// their columns.
 func setKind(m *history.Message, kind int, ref string, editedAt int64, deleted bool) {
-	m.Edits, m.Deletes, m.EditedAt = "", "", fromNanosOrZero(editedAt)
-	switch kind {
-	case history.KindEdit:
-		m.Edits = ref
-	case history.KindDelete:
-		m.Deletes = ref
-	}
-	m.Deleted = deleted
+	storecore.SetKind(m, kind, ref, editedAt, deleted)
 }
 
 // scanMessageRow scans messageColumns.
@@ -59,14 +41,6 @@ func scanMessageRow(row pgx.CollectableRow) (history.Message, error) {
 	err := row.Scan(dest...)
 	done()
 	return m, err
-}
-
-// fromNanosOrZero is fromNanos, with 0 (never) as the zero time.
-func fromNanosOrZero(n int64) time.Time {
-	if n == 0 {
-		return time.Time{}
-	}
-	return fromNanos(n)
 }
 
 // targetsQuery reads the messages $1 and, for each, its chat's kind and
@@ -91,27 +65,20 @@ func (r *commitRun) readTargets(ctx context.Context, conn *pgxpool.Conn, k *hist
 	if err != nil {
 		return unavailable("commit: targets", err)
 	}
-	k.Targets = map[string]history.Message{}
-	admins := map[[2]string]bool{}
+	t := storecore.NewTargets(k)
 	var m history.Message
 	var chatKind string
 	var groupAdmins []string
 	dest, done := messageDest(&m)
 	_, err = pgx.ForEachRow(rows, append(dest, &chatKind, &groupAdmins), func() error {
 		done()
-		k.Targets[m.ID] = m
-		if chatKind == history.KindGroup {
-			for _, a := range groupAdmins {
-				admins[[2]string{m.ChatID, a}] = true
-			}
-		}
+		t.Add(m, chatKind, groupAdmins)
 		return nil
 	})
 	if err != nil {
 		return unavailable("commit: targets", err)
 	}
-	k.Admin = func(chatID, user string) bool { return admins[[2]string{chatID, user}] }
-	history.CommittedRefs(k)
+	t.Done()
 	return nil
 }
 

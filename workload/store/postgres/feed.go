@@ -3,12 +3,12 @@ package postgres
 import (
 	"cmp"
 	"context"
-	"fmt"
 	"slices"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tetra-messenger/tetra/workload/history"
+	"github.com/tetra-messenger/tetra/workload/store/storecore"
 )
 
 var _ history.Feed = (*DB)(nil)
@@ -38,8 +38,8 @@ const feedSQL = `WITH h AS (
 // higher one became visible. limit < 1 gives ErrInvalid; store failures
 // wrap ErrUnavailable.
 func (db *DB) HistoryAfter(ctx context.Context, seq int64, limit int) ([]history.Committed, error) {
-	if limit < 1 {
-		return nil, fmt.Errorf("%w: history feed limit %d, want at least 1", history.ErrInvalid, limit)
+	if err := storecore.CheckFeedLimit(limit); err != nil {
+		return nil, err
 	}
 	rows, err := db.pool.Query(ctx, feedSQL, seq, int64(limit))
 	if err != nil {

@@ -2,13 +2,12 @@ package postgres
 
 import (
 	"context"
-	"fmt"
-	"math"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tetra-messenger/tetra/workload/history"
+	"github.com/tetra-messenger/tetra/workload/store/storecore"
 )
 
 // pageQuery reads a page of a chat ($1) after the message $2, resolved to
@@ -28,11 +27,11 @@ const pageQuery = `SELECT ` + messageColumns + `
 // limit < 1 gives ErrInvalid (callers cap the upper end); an unknown chat
 // ErrNotFound. One round trip.
 func (db *DB) Page(ctx context.Context, chatID, sinceID string, limit int) ([]history.Message, bool, error) {
-	if limit < 1 {
-		return nil, false, fmt.Errorf("%w: page limit %d, want at least 1", history.ErrInvalid, limit)
+	if err := storecore.CheckPageLimit(limit); err != nil {
+		return nil, false, err
 	}
 	if !storable(chatID) {
-		return nil, false, fmt.Errorf("%w: chat %q", history.ErrNotFound, chatID)
+		return nil, false, storecore.NotFound(chatID)
 	}
 	if !storable(sinceID) {
 		sinceID = "" // matches no message: start at the beginning
@@ -48,7 +47,7 @@ func (db *DB) Page(ctx context.Context, chatID, sinceID string, limit int) ([]hi
 		return nil, false, unavailable("page", err)
 	}
 	if !exists {
-		return nil, false, fmt.Errorf("%w: chat %q", history.ErrNotFound, chatID)
+		return nil, false, storecore.NotFound(chatID)
 	}
 	rows, _ := br.Query()
 	msgs, err := pgx.CollectRows(rows, scanMessageRow)
@@ -121,15 +120,9 @@ func (db *DB) SaveReads(ctx context.Context, reads []history.Read) error {
 // outlives its history row (invariant I1; a foreign key enforces it).
 // limit < 1 gives ErrInvalid.
 func (db *DB) PurgeHistory(ctx context.Context, cutoff time.Time, limit int) (int64, error) {
-	if limit < 1 {
-		return 0, fmt.Errorf("%w: purge limit %d, want at least 1", history.ErrInvalid, limit)
-	}
-	if cutoff.Before(history.MinSentAt) {
-		return 0, nil
-	}
-	cut := int64(math.MaxInt64)
-	if cutoff.Before(history.MaxSentAt) {
-		cut = nanos(cutoff)
+	cut, none, err := storecore.PurgeCut(cutoff, limit)
+	if err != nil || none {
+		return 0, err
 	}
 	// One statement: the victims are chosen once, locked against a
 	// concurrent purge, and both deletes see them.

@@ -7,26 +7,16 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tetra-messenger/tetra/workload/outbox"
+	"github.com/tetra-messenger/tetra/workload/store/storecore"
 )
 
 // Partition is the one partition of the PostgreSQL outbox log.
-const Partition int32 = 0
+const Partition = storecore.Partition
 
-// checkPartition refuses every partition but 0.
+// checkPartition refuses every partition but 0 (storecore.CheckPartition).
 func checkPartition(op string, p int32) error {
-	if p != Partition {
-		return fmt.Errorf("postgres: outbox %s: unknown partition %d: the PostgreSQL outbox has only partition 0", op, p)
-	}
-	return nil
+	return storecore.CheckPartition("postgres", "PostgreSQL", op, p)
 }
-
-// Partitions returns [0]: the PostgreSQL outbox is one partition.
-func (db *DB) Partitions(ctx context.Context) ([]int32, error) {
-	return []int32{Partition}, nil
-}
-
-// PartitionOf returns 0 for every recipient.
-func (db *DB) PartitionOf(recipient string) int32 { return Partition }
 
 // headSQL reads the outbox sequence: the last id drawn, 0 when none ever
 // was. It survives deletes and restarts.

@@ -12,14 +12,13 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
-	"github.com/oklog/ulid/v2"
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/lock"
 
 	"github.com/tetra-messenger/tetra/workload/history"
 	"github.com/tetra-messenger/tetra/workload/outbox"
 	"github.com/tetra-messenger/tetra/workload/store/migrations"
-	"github.com/tetra-messenger/tetra/workload/text"
+	"github.com/tetra-messenger/tetra/workload/store/storecore"
 )
 
 // Compile-time checks: one *DB serves as both the history store and the
@@ -50,6 +49,12 @@ const migrationLockKey int64 = 0x74657472_613a6d67 // "tetra:mg"
 // never skips a row that commits late. All methods are safe for concurrent
 // use.
 type DB struct {
+	// The algorithms of AddMember, RemoveMember and the ChatAPI
+	// (storecore), on core.
+	storecore.Methods
+	// Partitions and PartitionOf: the outbox is one partition.
+	storecore.OnePartition
+
 	cfg    Config
 	pool   *pgxpool.Pool
 	target string // user@host:port/database, for messages
@@ -81,6 +86,7 @@ func open(ctx context.Context, cfg Config, tweak func(*pgxpool.Config)) (*DB, er
 		tweak(pc)
 	}
 	db := &DB{cfg: cfg, target: target(pc)}
+	db.Methods = storecore.Methods{Backend: core{db}}
 	db.pool, err = pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, db.unreachable(err)
@@ -195,10 +201,9 @@ const (
 	codeUniqueViolation = "23505"
 )
 
-// storable reports whether s can be stored in a PostgreSQL text column:
-// valid UTF-8 without NUL bytes (text.Valid, the rule every layer shares).
-// A lookup key that is not storable matches no row.
-func storable(s string) bool { return text.Valid(s) }
+// storable reports whether s can be stored in a PostgreSQL text column
+// (storecore.Storable). A lookup key that is not storable matches no row.
+func storable(s string) bool { return storecore.Storable(s) }
 
 // rollback ends the transaction open on conn, if any, so the connection can
 // go back to the pool; when that fails the pool discards the connection on
@@ -221,11 +226,8 @@ func txRollback(tx pgx.Tx) {
 	_ = tx.Rollback(ctx)
 }
 
-// nanos converts t to the stored form: Unix nanoseconds.
-func nanos(t time.Time) int64 { return t.UnixNano() }
+// nanos is storecore.Nanos: the stored form of a time, Unix nanoseconds.
+func nanos(t time.Time) int64 { return storecore.Nanos(t) }
 
-// fromNanos converts a stored time back: UTC, nanoseconds kept.
-func fromNanos(n int64) time.Time { return time.Unix(0, n).UTC() }
-
-// newChatID mints a chat id: "c_" followed by a ULID.
-func newChatID() string { return "c_" + ulid.Make().String() }
+// fromNanos is storecore.FromNanos: a stored time back, in UTC.
+func fromNanos(n int64) time.Time { return storecore.FromNanos(n) }

@@ -1,15 +1,12 @@
 package sqlite
 
 import (
-	"cmp"
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
-	"slices"
-	"time"
 
 	"github.com/tetra-messenger/tetra/workload/history"
+	"github.com/tetra-messenger/tetra/workload/store/storecore"
 	"github.com/tetra-messenger/tetra/workload/text"
 )
 
@@ -29,9 +26,8 @@ type querier interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
-// validUser checks a user id (history.CheckUser, the rule shared by every
-// store and the token layer); what names the argument in the error.
-func validUser(what, id string) error { return history.CheckUser(what, id) }
+// validUser is storecore.ValidUser.
+func validUser(what, id string) error { return storecore.ValidUser(what, id) }
 
 // CreateDirect returns the direct chat of {a, b}, creating it when missing.
 // The pair is stored ordered, under a primary key, so the same chat comes
@@ -39,16 +35,10 @@ func validUser(what, id string) error { return history.CheckUser(what, id) }
 // exactly one of them). Invalid user ids (see MaxUserIDBytes) and a == b
 // give ErrInvalid; store failures ErrUnavailable.
 func (db *DB) CreateDirect(ctx context.Context, a, b string) (history.Chat, bool, error) {
-	if err := validUser("user id", a); err != nil {
+	lo, hi, err := storecore.DirectPair(a, b)
+	if err != nil {
 		return history.Chat{}, false, err
 	}
-	if err := validUser("member id", b); err != nil {
-		return history.Chat{}, false, err
-	}
-	if a == b {
-		return history.Chat{}, false, fmt.Errorf("%w: a direct chat needs two different users", history.ErrInvalid)
-	}
-	lo, hi := min(a, b), max(a, b)
 	const findPair = `SELECT chat_id FROM direct_pairs WHERE user_a = ? AND user_b = ?`
 
 	// Fast path on the read pool: the chat usually exists already.
@@ -78,13 +68,7 @@ func (db *DB) CreateDirect(ctx context.Context, a, b string) (history.Chat, bool
 	case !errors.Is(err, sql.ErrNoRows):
 		return history.Chat{}, false, unavailable("create direct", err)
 	}
-	c := history.Chat{
-		ID:        newChatID(),
-		Kind:      history.KindDirect,
-		Members:   []string{lo, hi},
-		History:   history.HistoryShared,
-		CreatedAt: fromNanos(nanos(time.Now())),
-	}
+	c := storecore.NewDirect(lo, hi)
 	if err := insertChat(ctx, tx, c); err != nil {
 		return history.Chat{}, false, err
 	}
@@ -98,50 +82,18 @@ func (db *DB) CreateDirect(ctx context.Context, a, b string) (history.Chat, bool
 	return c, true, nil
 }
 
-// CreateGroup creates a group chat of creator plus members with shared
-// history: CreateGroupWith.
-func (db *DB) CreateGroup(ctx context.Context, creator, title string, members []string) (history.Chat, error) {
-	return db.CreateGroupWith(ctx, history.GroupSpec{Creator: creator, Title: title, Members: members})
-}
-
-// CreateGroupWith creates a group chat of spec.Creator plus spec.Members,
-// duplicates removed, members sorted, the creator its admin (PROTOCOL.md
-// §7.5) and spec.History its history setting (§7.6). The title is trimmed
-// of surrounding white space and may be empty. Invalid user ids, a title
-// over MaxTitleBytes, not UTF-8 or containing NUL (history.CheckText), more
-// than MaxGroupMembers members and an unknown history setting give
-// ErrInvalid.
-func (db *DB) CreateGroupWith(ctx context.Context, spec history.GroupSpec) (history.Chat, error) {
-	title, all, err := history.CheckGroup(spec.Creator, spec.Title, spec.Members)
+// InsertGroup implements storecore.Backend: the chat's rows in one
+// transaction on the writer.
+func (c core) InsertGroup(ctx context.Context, chat history.Chat) error {
+	tx, err := c.db.w.BeginTx(ctx, nil)
 	if err != nil {
-		return history.Chat{}, err
-	}
-	hist, err := history.CheckHistory(spec.History)
-	if err != nil {
-		return history.Chat{}, err
-	}
-	c := history.Chat{
-		ID:        newChatID(),
-		Kind:      history.KindGroup,
-		Title:     title,
-		CreatedBy: spec.Creator,
-		Members:   all,
-		Admins:    []string{spec.Creator},
-		History:   hist,
-		CreatedAt: fromNanos(nanos(time.Now())),
-	}
-	tx, err := db.w.BeginTx(ctx, nil)
-	if err != nil {
-		return history.Chat{}, unavailable("create group", err)
+		return unavailable("create group", err)
 	}
 	defer rollback(tx)
-	if err := insertChat(ctx, tx, c); err != nil {
-		return history.Chat{}, err
+	if err := insertChat(ctx, tx, chat); err != nil {
+		return err
 	}
-	if err := commitTx(tx, "create group"); err != nil {
-		return history.Chat{}, err
-	}
-	return c, nil
+	return commitTx(tx, "create group")
 }
 
 // insertChat writes the chats row and one members row per member, each
@@ -188,7 +140,7 @@ func loadChat(ctx context.Context, q querier, chatID string) (history.Chat, erro
 	err := q.QueryRowContext(ctx, `SELECT kind, title, created_by, created_at, history, closed FROM chats WHERE id = ?`, chatID).
 		Scan(&c.Kind, &c.Title, &c.CreatedBy, &created, &c.History, &closed)
 	if errors.Is(err, sql.ErrNoRows) || closed {
-		return history.Chat{}, fmt.Errorf("%w: chat %q", history.ErrNotFound, chatID)
+		return history.Chat{}, storecore.NotFound(chatID)
 	}
 	if err != nil {
 		return history.Chat{}, unavailable("chat", err)
@@ -199,7 +151,7 @@ func loadChat(ctx context.Context, q querier, chatID string) (history.Chat, erro
 		return history.Chat{}, unavailable("chat members", err)
 	}
 	defer rows.Close()
-	var admins []admin
+	var admins []storecore.Admin
 	for rows.Next() {
 		var m string
 		var at int64
@@ -208,35 +160,14 @@ func loadChat(ctx context.Context, q querier, chatID string) (history.Chat, erro
 		}
 		c.Members = append(c.Members, m)
 		if at > 0 {
-			admins = append(admins, admin{m, at})
+			admins = append(admins, storecore.Admin{User: m, At: at})
 		}
 	}
 	if err := rows.Err(); err != nil {
 		return history.Chat{}, unavailable("chat members", err)
 	}
-	c.Admins = adminOrder(admins)
+	c.Admins = storecore.AdminOrder(admins)
 	return c, nil
-}
-
-// admin is a member who is an admin since at (Unix nanoseconds).
-type admin struct {
-	user string
-	at   int64
-}
-
-// adminOrder lists admins in the order they became admins, then by id.
-func adminOrder(admins []admin) []string {
-	slices.SortFunc(admins, func(a, b admin) int {
-		if a.at != b.at {
-			return cmp.Compare(a.at, b.at)
-		}
-		return cmp.Compare(a.user, b.user)
-	})
-	out := make([]string, len(admins))
-	for i, a := range admins {
-		out[i] = a.user
-	}
-	return out
 }
 
 // ChatsOf lists the chats user is a member of, oldest first (by creation
@@ -366,132 +297,9 @@ func (db *DB) IsMember(ctx context.Context, chatID, user string) (bool, error) {
 		return false, unavailable("is member", err)
 	}
 	if chat == 0 {
-		return false, fmt.Errorf("%w: chat %q", history.ErrNotFound, chatID)
+		return false, storecore.NotFound(chatID)
 	}
 	return member == 1, nil
-}
-
-// AddMember adds user to the group chatID on behalf of by and returns the
-// chat. Errors, in the order checked: ErrInvalid for bad user ids,
-// ErrNotFound for an unknown chat, ErrNotMember when by is not a member,
-// ErrInvalid for a direct chat or a group already at MaxGroupMembers.
-// Adding an existing member changes nothing.
-func (db *DB) AddMember(ctx context.Context, chatID, by, user string) (history.Chat, error) {
-	if err := validUser("user id", by); err != nil {
-		return history.Chat{}, err
-	}
-	if err := validUser("member id", user); err != nil {
-		return history.Chat{}, err
-	}
-	tx, err := db.w.BeginTx(ctx, nil)
-	if err != nil {
-		return history.Chat{}, unavailable("add member", err)
-	}
-	defer rollback(tx)
-	c, err := loadChat(ctx, tx, chatID)
-	if err != nil {
-		return history.Chat{}, err
-	}
-	if !c.HasMember(by) {
-		return history.Chat{}, fmt.Errorf("%w: %q in chat %q", history.ErrNotMember, by, chatID)
-	}
-	if c.Kind != history.KindGroup {
-		return history.Chat{}, fmt.Errorf("%w: members can be added to group chats only", history.ErrInvalid)
-	}
-	if c.HasMember(user) {
-		return c, commitTx(tx, "add member")
-	}
-	if len(c.Members) >= MaxGroupMembers {
-		return history.Chat{}, fmt.Errorf("%w: a group has at most %d members", history.ErrInvalid, MaxGroupMembers)
-	}
-	// The new membership interval holds the Seqs above every one taken
-	// so far (PROTOCOL.md §7.6): the writer is the only one, so none is
-	// taken before this commits.
-	if _, err := tx.ExecContext(ctx, `INSERT INTO members (chat_id, user_id, joined_at, joined_seq, admin_at)
-		VALUES (?, ?, ?, coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'history'), 0), 0)`,
-		chatID, user, nanos(time.Now())); err != nil {
-		return history.Chat{}, unavailable("add member", err)
-	}
-	// Invalidates every process's cache of member lists (see Commit).
-	if _, err := tx.ExecContext(ctx, `UPDATE membership_epoch SET epoch = epoch + 1 WHERE id = 1`); err != nil {
-		return history.Chat{}, unavailable("add member", err)
-	}
-	if err := commitTx(tx, "add member"); err != nil {
-		return history.Chat{}, err
-	}
-	i, _ := slices.BinarySearch(c.Members, user)
-	c.Members = slices.Insert(c.Members, i, user)
-	return c, nil
-}
-
-// RemoveMember removes user from the group chatID on behalf of by
-// (history.Store.RemoveMember: leave, or removal by the creator) and
-// returns the chat after it and the cutoff Seq. It runs on the writer
-// connection, which Commit also holds for its whole transaction, and bumps
-// the membership epoch Commit checks inside its transaction, so a commit
-// either precedes the removal (its Seq is at or below cutoff) or reads the
-// member list without user. Errors: ErrInvalid for bad ids or a direct
-// chat, ErrNotFound for an unknown chat, ErrNotMember when by is not a
-// member, ErrForbidden when by removes another member of a chat it did not
-// create. Removing a non-member changes nothing.
-func (db *DB) RemoveMember(ctx context.Context, chatID, by, user string) (history.Chat, int64, error) {
-	if err := validUser("user id", by); err != nil {
-		return history.Chat{}, 0, err
-	}
-	if err := validUser("member id", user); err != nil {
-		return history.Chat{}, 0, err
-	}
-	tx, err := db.w.BeginTx(ctx, nil)
-	if err != nil {
-		return history.Chat{}, 0, unavailable("remove member", err)
-	}
-	defer rollback(tx)
-	c, err := loadChat(ctx, tx, chatID)
-	if err != nil {
-		return history.Chat{}, 0, err
-	}
-	if err := history.CheckRemove(c, by, user); err != nil {
-		return history.Chat{}, 0, err
-	}
-	var cutoff int64
-	if err := tx.QueryRowContext(ctx, `SELECT coalesce(max(id), 0) FROM history`).Scan(&cutoff); err != nil {
-		return history.Chat{}, 0, unavailable("remove member", err)
-	}
-	if !c.HasMember(user) {
-		return c, cutoff, commitTx(tx, "remove member")
-	}
-	// The membership interval ends at cutoff (PROTOCOL.md §7.6); an empty
-	// one is not kept.
-	if _, err := tx.ExecContext(ctx, `INSERT INTO member_spans (chat_id, user_id, from_seq, to_seq)
-		SELECT chat_id, user_id, joined_seq, ?3 FROM members WHERE chat_id = ?1 AND user_id = ?2 AND joined_seq < ?3
-		ON CONFLICT DO UPDATE SET to_seq = max(to_seq, excluded.to_seq)`, chatID, user, cutoff); err != nil {
-		return history.Chat{}, 0, unavailable("remove member", err)
-	}
-	if _, err := tx.ExecContext(ctx, `DELETE FROM members WHERE chat_id = ? AND user_id = ?`, chatID, user); err != nil {
-		return history.Chat{}, 0, unavailable("remove member", err)
-	}
-	// A group never loses its last admin; the last member leaving closes
-	// it (PROTOCOL.md §7.5).
-	if _, err := tx.ExecContext(ctx, keepAdminSQL, chatID, nanos(time.Now()), ""); err != nil {
-		return history.Chat{}, 0, unavailable("remove member", err)
-	}
-	if len(c.Members) == 1 {
-		if _, err := tx.ExecContext(ctx, `UPDATE chats SET closed = 1 WHERE id = ?`, chatID); err != nil {
-			return history.Chat{}, 0, unavailable("remove member", err)
-		}
-	}
-	// Invalidates every process's cache of member lists (see Commit).
-	if _, err := tx.ExecContext(ctx, `UPDATE membership_epoch SET epoch = epoch + 1 WHERE id = 1`); err != nil {
-		return history.Chat{}, 0, unavailable("remove member", err)
-	}
-	after, err := loadChatOrClosed(ctx, tx, c)
-	if err != nil {
-		return history.Chat{}, 0, err
-	}
-	if err := commitTx(tx, "remove member"); err != nil {
-		return history.Chat{}, 0, err
-	}
-	return after, cutoff, nil
 }
 
 // commitTx commits tx, translating a failure.

@@ -26,4 +26,9 @@
 // transaction against a membership epoch that AddMember bumps, so it is
 // never stale even across processes. Times are stored as Unix nanoseconds
 // and come back in UTC.
+//
+// AddMember, RemoveMember, the admin changes, CreateGroupWith and the reads
+// of history.ChatAPI are the algorithms of ../storecore (DB embeds
+// storecore.Methods); this package gives them its statements (chatapi.go:
+// core, changeTx, readTx).
 package sqlite

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/tetra-messenger/tetra/workload/history"
+	"github.com/tetra-messenger/tetra/workload/store/storecore"
 )
 
 // Edits and deletes in Commit (PROTOCOL.md §7.3, history.CommitPlan): a
@@ -13,39 +14,23 @@ import (
 // transaction (the store has one writer, so they cannot change before
 // the updates), and the updates run in it after the inserts.
 
-// messageColumns are the history columns of a full message, in the order
-// scanMessage reads them.
-const messageColumns = `h.id, h.message_id, h.chat_id, h.sender_id, h.sender_device, h.correlation_id, h.body, h.sent_at,
-	h.kind, h.ref, h.edited_at, h.deleted`
+// messageColumns is storecore.MessageColumns, the order scanMessage reads.
+const messageColumns = storecore.MessageColumns
 
-// scanMessage scans messageColumns into a history.Message.
+// scanMessage scans messageColumns into a history.Message
+// (storecore.MessageDest).
 func scanMessage(rows interface{ Scan(...any) error }) (history.Message, error) {
 	var m history.Message
-	var sentAt, editedAt int64
-	var kind int
-	var ref string
-	var deleted bool
-	if err := rows.Scan(&m.Seq, &m.ID, &m.ChatID, &m.SenderID, &m.SenderDevice, &m.CorrelationID, &m.Body, &sentAt,
-		&kind, &ref, &editedAt, &deleted); err != nil {
-		return m, err
-	}
-	m.SentAt = fromNanos(sentAt)
-	setKind(&m, kind, ref, editedAt, deleted)
-	return m, nil
+	dest, done := storecore.MessageDest(&m)
+	err := rows.Scan(dest...)
+	done()
+	return m, err
 }
 
-// setKind fills the edit and delete fields of m from their columns.
+// setKind is storecore.SetKind: the edit and delete fields of m from
+// their columns.
 func setKind(m *history.Message, kind int, ref string, editedAt int64, deleted bool) {
-	switch kind {
-	case history.KindEdit:
-		m.Edits = ref
-	case history.KindDelete:
-		m.Deletes = ref
-	}
-	if editedAt != 0 {
-		m.EditedAt = fromNanos(editedAt)
-	}
-	m.Deleted = deleted
+	storecore.SetKind(m, kind, ref, editedAt, deleted)
 }
 
 // readTargets reads the messages ids names (the targets, and the
@@ -66,34 +51,28 @@ func (c *committer) readTargets(ids []string, k *history.Known) error {
 		return unavailable("commit: targets", err)
 	}
 	defer rows.Close()
-	k.Targets = map[string]history.Message{}
-	admins := map[[2]string]bool{}
+	t := storecore.NewTargets(k)
+	var m history.Message
+	var chatKind string
+	var groupAdmins sql.NullString
+	dest, done := storecore.MessageDest(&m)
+	dest = append(dest, &chatKind, &groupAdmins)
 	for rows.Next() {
-		var m history.Message
-		var sentAt, editedAt int64
-		var kind int
-		var ref, chatKind string
-		var groupAdmins sql.NullString
-		var deleted bool
-		if err := rows.Scan(&m.Seq, &m.ID, &m.ChatID, &m.SenderID, &m.SenderDevice, &m.CorrelationID, &m.Body, &sentAt,
-			&kind, &ref, &editedAt, &deleted, &chatKind, &groupAdmins); err != nil {
+		if err := rows.Scan(dest...); err != nil {
 			return unavailable("commit: targets", err)
 		}
-		m.SentAt = fromNanos(sentAt)
-		setKind(&m, kind, ref, editedAt, deleted)
-		k.Targets[m.ID] = m
-		if chatKind == history.KindGroup && groupAdmins.Valid {
+		done()
+		var admins []string
+		if groupAdmins.Valid {
 			// User ids hold no control characters (validUser).
-			for _, a := range strings.Split(groupAdmins.String, "\n") {
-				admins[[2]string{m.ChatID, a}] = true
-			}
+			admins = strings.Split(groupAdmins.String, "\n")
 		}
+		t.Add(m, chatKind, admins)
 	}
 	if err := rows.Err(); err != nil {
 		return unavailable("commit: targets", err)
 	}
-	k.Admin = func(chatID, user string) bool { return admins[[2]string{chatID, user}] }
-	history.CommittedRefs(k)
+	t.Done()
 	return nil
 }
 

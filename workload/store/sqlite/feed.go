@@ -3,9 +3,9 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"fmt"
 
 	"github.com/tetra-messenger/tetra/workload/history"
+	"github.com/tetra-messenger/tetra/workload/store/storecore"
 )
 
 var _ history.Feed = (*DB)(nil)
@@ -28,8 +28,8 @@ const (
 // history.Feed). limit < 1 gives ErrInvalid; store failures wrap
 // ErrUnavailable.
 func (db *DB) HistoryAfter(ctx context.Context, seq int64, limit int) ([]history.Committed, error) {
-	if limit < 1 {
-		return nil, fmt.Errorf("%w: history feed limit %d, want at least 1", history.ErrInvalid, limit)
+	if err := storecore.CheckFeedLimit(limit); err != nil {
+		return nil, err
 	}
 	tx, err := db.r.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
 	if err != nil {
@@ -41,12 +41,14 @@ func (db *DB) HistoryAfter(ctx context.Context, seq int64, limit int) ([]history
 		return nil, unavailable("history feed", err)
 	}
 	out := make([]history.Committed, 0, min(limit, 512))
+	var m history.Message
+	dest, done := storecore.MessageDest(&m) // reused for every row
 	for rows.Next() {
-		m, err := scanMessage(rows)
-		if err != nil {
+		if err := rows.Scan(dest...); err != nil {
 			rows.Close()
 			return nil, unavailable("history feed", err)
 		}
+		done()
 		out = append(out, history.Committed{Message: m})
 	}
 	err = rows.Err()

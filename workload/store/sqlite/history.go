@@ -4,11 +4,10 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
-	"math"
 	"time"
 
 	"github.com/tetra-messenger/tetra/workload/history"
+	"github.com/tetra-messenger/tetra/workload/store/storecore"
 )
 
 // Page returns up to limit messages of chatID with a Seq above that of the
@@ -17,8 +16,8 @@ import (
 // retained history. limit < 1 gives ErrInvalid (callers cap the upper end);
 // an unknown chat ErrNotFound. It reads one snapshot on the read pool.
 func (db *DB) Page(ctx context.Context, chatID, sinceID string, limit int) ([]history.Message, bool, error) {
-	if limit < 1 {
-		return nil, false, fmt.Errorf("%w: page limit %d, want at least 1", history.ErrInvalid, limit)
+	if err := storecore.CheckPageLimit(limit); err != nil {
+		return nil, false, err
 	}
 	tx, err := db.r.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
 	if err != nil {
@@ -28,7 +27,7 @@ func (db *DB) Page(ctx context.Context, chatID, sinceID string, limit int) ([]hi
 	var one int
 	switch err := tx.QueryRowContext(ctx, `SELECT 1 FROM chats WHERE id = ? AND closed = 0`, chatID).Scan(&one); {
 	case errors.Is(err, sql.ErrNoRows):
-		return nil, false, fmt.Errorf("%w: chat %q", history.ErrNotFound, chatID)
+		return nil, false, storecore.NotFound(chatID)
 	case err != nil:
 		return nil, false, unavailable("page", err)
 	}
@@ -40,15 +39,17 @@ func (db *DB) Page(ctx context.Context, chatID, sinceID string, limit int) ([]hi
 	defer rows.Close()
 	msgs := make([]history.Message, 0, min(limit, 512))
 	hasMore := false
+	var m history.Message
+	dest, done := storecore.MessageDest(&m) // reused for every row
 	for rows.Next() {
 		if len(msgs) == limit {
 			hasMore = true
 			break
 		}
-		m, err := scanMessage(rows)
-		if err != nil {
+		if err := rows.Scan(dest...); err != nil {
 			return nil, false, unavailable("page", err)
 		}
+		done()
 		msgs = append(msgs, m)
 	}
 	if err := rows.Err(); err != nil {
@@ -102,15 +103,9 @@ func (db *DB) SaveReads(ctx context.Context, reads []history.Read) error {
 // row outlives its history row (invariant I1).
 // limit < 1 gives ErrInvalid.
 func (db *DB) PurgeHistory(ctx context.Context, cutoff time.Time, limit int) (int64, error) {
-	if limit < 1 {
-		return 0, fmt.Errorf("%w: purge limit %d, want at least 1", history.ErrInvalid, limit)
-	}
-	if cutoff.Before(history.MinSentAt) {
-		return 0, nil
-	}
-	cut := int64(math.MaxInt64)
-	if cutoff.Before(history.MaxSentAt) {
-		cut = nanos(cutoff)
+	cut, none, err := storecore.PurgeCut(cutoff, limit)
+	if err != nil || none {
+		return 0, err
 	}
 	tx, err := db.w.BeginTx(ctx, nil)
 	if err != nil {

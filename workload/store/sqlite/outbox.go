@@ -7,26 +7,16 @@ import (
 	"fmt"
 
 	"github.com/tetra-messenger/tetra/workload/outbox"
+	"github.com/tetra-messenger/tetra/workload/store/storecore"
 )
 
 // Partition is the one partition of the SQLite outbox log.
-const Partition int32 = 0
+const Partition = storecore.Partition
 
-// checkPartition refuses every partition but 0.
+// checkPartition refuses every partition but 0 (storecore.CheckPartition).
 func checkPartition(op string, p int32) error {
-	if p != Partition {
-		return fmt.Errorf("sqlite: outbox %s: unknown partition %d: the SQLite outbox has only partition 0", op, p)
-	}
-	return nil
+	return storecore.CheckPartition("sqlite", "SQLite", op, p)
 }
-
-// Partitions returns [0]: the SQLite outbox is one partition.
-func (db *DB) Partitions(ctx context.Context) ([]int32, error) {
-	return []int32{Partition}, nil
-}
-
-// PartitionOf returns 0 for every recipient.
-func (db *DB) PartitionOf(recipient string) int32 { return Partition }
 
 // Head returns the highest outbox position ever assigned, read from
 // sqlite_sequence so it survives deletes and reopening; 0 when no row was

@@ -10,13 +10,13 @@ import (
 	"sync"
 	"time"
 
-	"github.com/oklog/ulid/v2"
 	"github.com/pressly/goose/v3"
 	_ "modernc.org/sqlite" // the database/sql driver "sqlite"
 
 	"github.com/tetra-messenger/tetra/workload/history"
 	"github.com/tetra-messenger/tetra/workload/outbox"
 	"github.com/tetra-messenger/tetra/workload/store/migrations"
+	"github.com/tetra-messenger/tetra/workload/store/storecore"
 )
 
 // Compile-time checks: one *DB serves as both the history store and the
@@ -38,6 +38,12 @@ var (
 // query-only connections that read WAL snapshots and never wait for the
 // writer. All methods are safe for concurrent use.
 type DB struct {
+	// The algorithms of AddMember, RemoveMember and the ChatAPI
+	// (storecore), on core.
+	storecore.Methods
+	// Partitions and PartitionOf: the outbox is one partition.
+	storecore.OnePartition
+
 	cfg Config
 	w   *sql.DB // the writer: exactly one connection
 	r   *sql.DB // the read pool
@@ -72,6 +78,7 @@ func Open(ctx context.Context, cfg Config) (*DB, error) {
 		}
 	}
 	db := &DB{cfg: cfg}
+	db.Methods = storecore.Methods{Backend: core{db}}
 	ok := false
 	defer func() {
 		if !ok {
@@ -262,11 +269,8 @@ func isConstraint(err error) bool {
 // rollback ends tx when it was not committed; after a Commit it is a no-op.
 func rollback(tx *sql.Tx) { _ = tx.Rollback() }
 
-// nanos converts t to the stored form: Unix nanoseconds.
-func nanos(t time.Time) int64 { return t.UnixNano() }
+// nanos is storecore.Nanos: the stored form of a time, Unix nanoseconds.
+func nanos(t time.Time) int64 { return storecore.Nanos(t) }
 
-// fromNanos converts a stored time back: UTC, nanoseconds kept.
-func fromNanos(n int64) time.Time { return time.Unix(0, n).UTC() }
-
-// newChatID mints a chat id: "c_" followed by a ULID.
-func newChatID() string { return "c_" + ulid.Make().String() }
+// fromNanos is storecore.FromNanos: a stored time back, in UTC.
+func fromNanos(n int64) time.Time { return storecore.FromNanos(n) }

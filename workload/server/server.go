@@ -315,7 +315,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		s.closer()
 		return nil, err
 	}
-	handoff := func(rs []history.Result) { s.engine.Handoff(delivery.FromResults(rs)) }
+	handoff := func(rs []history.Result) { s.engine.Handoff(outbox.FromResults(rs)) }
 	if s.kafkaLog != nil {
 		// The relay hands committed records to the fast path; a commit
 		// only wakes it (its results name no outbox rows).

@@ -275,7 +275,7 @@ type Read struct {
 // in the store's meta table (tetra_meta, key "fleet"), opaque to the store.
 // The server writes it at start and reads it to name what differs when it
 // refuses a process that disagrees with the running fleet (issue 24,
-// point 1; see server.fleetIdentity).
+// point 1; see backends.fleetIdentity).
 type FleetRecorder interface {
 	// Fleet returns the recorded identity; "" when none was recorded.
 	// Errors wrap ErrUnavailable.

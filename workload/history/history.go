@@ -117,8 +117,10 @@ type Message struct {
 	Deleted bool
 }
 
-// Draft is a message waiting in the accept pipeline. ID and SentAt are
-// minted by the ingest stage before the commit.
+// Draft is a message waiting in the accept pipeline. ID (a ULID) and
+// SentAt (UTC) are set by whoever builds the draft, before it is queued:
+// package server, for a WebSocket send (ws.go handleSend) and for a delete
+// over HTTP (edits.go); the ingest stage passes them through.
 type Draft struct {
 	ID            string
 	ChatID        string

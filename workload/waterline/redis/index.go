@@ -23,7 +23,7 @@ import (
 const MaxPos = 1 << 53
 
 // restoreChunk is the most entries one Restore script call carries, so that
-// a rebuild of a large outbox never blocks Redis for long.
+// a rebuild of many large windows never blocks Redis for long.
 const restoreChunk = 5000
 
 // clientJSON is a registration as stored in the owner's clients hash.

@@ -81,9 +81,9 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// Validate checks what Open would refuse before touching anything:
+// validate checks what Open refuses before touching anything:
 // IndexSentinelMasterURL without Index "sentinel".
-func (c Config) Validate() error {
+func (c Config) validate() error {
 	if c.IndexSentinelMasterURL != "" && c.Index != "sentinel" {
 		return errors.New("server: --index-sentinel-master-url applies only with --index sentinel")
 	}
@@ -143,7 +143,7 @@ type Backends struct {
 // backend and its redacted URL; a locked data directory wraps
 // ErrAlreadyRunning.
 func Open(ctx context.Context, cfg Config) (*Backends, error) {
-	if err := cfg.Validate(); err != nil {
+	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
 	b := &Backends{cfg: cfg, log: cfg.Logger}

@@ -143,7 +143,7 @@ func (c *Config) validate() error {
 	if err := c.Tuning.Validate(); err != nil {
 		return fmt.Errorf("server: tuning: %w", err)
 	}
-	return c.Config.Validate()
+	return nil // the backends' settings: backends.Open checks them
 }
 
 // DefaultReadyTimeout is Config.ReadyTimeout's default.

@@ -219,9 +219,10 @@ func New(log outbox.Log, idx waterline.Index, tuning func() config.Tuning, cfg C
 }
 
 // Start pins the unscanned outbox with the poller's hold, rebuilds this
-// process's part of the index from the outbox (a cold start: state a
-// crashed predecessor with the same owner left behind is wiped), and starts
-// the fast-path workers, the poller, the GC and the idle reaper.
+// process's part of the index (Rebuild; at a cold start no connection is
+// registered yet, so this wipes what a crashed predecessor with the same
+// owner left behind and marks the index primed), and starts the fast-path
+// workers, the poller, the GC and the idle reaper.
 func (e *Engine) Start(ctx context.Context) error {
 	parts, err := e.outbox.Partitions(ctx)
 	if err != nil {
@@ -253,8 +254,8 @@ func (e *Engine) Start(ctx context.Context) error {
 		}
 	}
 	// The cold-state wipe: whatever this process's owner left in the index
-	// (a previous run that crashed) is reset, and the index is rebuilt from
-	// the outbox before the first delete.
+	// (a previous run that crashed) is reset before the first delete; the
+	// hold above keeps every row until the poller has scanned it.
 	if err := e.Rebuild(ctx, RebuildColdStart); err != nil {
 		return fail(err)
 	}

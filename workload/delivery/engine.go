@@ -12,6 +12,7 @@ import (
 
 	"github.com/oklog/ulid/v2"
 
+	"github.com/tetra-messenger/tetra/internal/slogx"
 	"github.com/tetra-messenger/tetra/workload/config"
 	"github.com/tetra-messenger/tetra/workload/outbox"
 	"github.com/tetra-messenger/tetra/workload/protocol"
@@ -137,7 +138,10 @@ type Engine struct {
 	scanPos    map[int32]*atomic.Int64
 	gc         *collector  // the waterline GC (gc.go)
 	ackQ       *ackBatcher // nil: each Ack records itself (ackbatch.go)
-	cover      *coverage   // commits the fast path delivered whole (cover.go)
+	// warnSend logs the index's refusals of sends at most every
+	// slogx.Interval: while Redis is away every send fails.
+	warnSend *slogx.Sampled
+	cover    *coverage // commits the fast path delivered whole (cover.go)
 
 	// fastQ has one queue per worker; a connection's items always go to
 	// the same worker, so each connection sees commit order.
@@ -212,6 +216,7 @@ func New(log outbox.Log, idx waterline.Index, tuning func() config.Tuning, cfg C
 		stats:    Stats{Withdrawals: map[string]int64{}, Rebuilds: map[string]int64{}, SafeLine: map[int32]int64{}},
 	}
 	e.gc = newCollector(e)
+	e.warnSend = slogx.NewSampled(slogx.Interval)
 	if many, ok := idx.(waterline.ManyAcker); ok && e.cfg.AckWait > 0 {
 		e.ackQ = newAckBatcher(e, many, e.cfg.AckWait)
 	}

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tetra-messenger/tetra/internal/slogx"
 	"github.com/tetra-messenger/tetra/workload/auth"
 	"github.com/tetra-messenger/tetra/workload/backends"
 	"github.com/tetra-messenger/tetra/workload/config"
@@ -196,7 +197,10 @@ type Server struct {
 	stopErr  error
 
 	tuningReloads atomic.Int64
-	tuningUnknown string // the unknown tuning file names last warned about (tuning.go)
+	// Warnings that repeat per connection or per frame while the index is
+	// away, logged at most every slogx.Interval with a count.
+	warnRefused, warnAck *slogx.Sampled
+	tuningUnknown        string // the unknown tuning file names last warned about (tuning.go)
 
 	commits commitHealth // recent group-commit outcomes, for /readyz
 	health  liveHealth   // the index's last check (degraded.go)
@@ -214,7 +218,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	s := &Server{cfg: cfg, log: log, perUser: map[string]int{}}
+	s := &Server{cfg: cfg, log: log, perUser: map[string]int{},
+		warnRefused: slogx.NewSampled(slogx.Interval), warnAck: slogx.NewSampled(slogx.Interval)}
 	t := cfg.Tuning
 	s.tuning.Store(&t)
 	if cfg.TuningDir != "" {

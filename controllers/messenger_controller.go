@@ -34,6 +34,7 @@ import (
 	"github.com/tetra-messenger/tetra/internal/operator/redisid"
 	"github.com/tetra-messenger/tetra/internal/operator/render"
 	"github.com/tetra-messenger/tetra/internal/redisinfo"
+	"github.com/tetra-messenger/tetra/workload/auth"
 )
 
 // FieldOwner is the server-side apply field manager of the operator.
@@ -323,7 +324,7 @@ func (r *MessengerReconciler) load(ctx context.Context, req ctrl.Request) (*pass
 // observeSecrets reads the referenced Secrets: existence, keys and
 // versions. A missing one ends the pass (the Secret watch wakes it).
 func (r *MessengerReconciler) observeSecrets(ctx context.Context, p *pass) *stop {
-	secrets, missing, err := r.readSecrets(ctx, p.m)
+	secrets, missing, invalid, err := r.readSecrets(ctx, p.m)
 	if err != nil {
 		return &stop{outcome: OutcomeError, err: err}
 	}
@@ -331,6 +332,13 @@ func (r *MessengerReconciler) observeSecrets(ctx context.Context, p *pass) *stop
 		msg := "waiting for " + joinMissing(missing)
 		r.Recorder.Eventf(p.m, nil, corev1.EventTypeWarning, ReasonSecretMissing, "Reconcile", msg)
 		return r.refuse(ctx, p, ctrl.Result{}, OutcomeDegraded, ReasonSecretMissing, msg)
+	}
+	if len(invalid) > 0 {
+		// Refused before any pod rolls out on it (the Secret watch wakes
+		// the pass when it is fixed).
+		msg := strings.Join(invalid, "; ")
+		r.Recorder.Eventf(p.m, nil, corev1.EventTypeWarning, reasonInvalidSpec, "Reconcile", msg)
+		return r.refuse(ctx, p, ctrl.Result{}, OutcomeRefused, reasonInvalidSpec, msg)
 	}
 	p.secrets = secrets
 	p.versions = make(map[string]string, len(secrets))
@@ -664,21 +672,23 @@ func (r *MessengerReconciler) announceTuning(ctx context.Context, pods []corev1.
 }
 
 // readSecrets reads every referenced Secret. missing lists the Secrets (or
-// Secret keys) that do not exist.
-func (r *MessengerReconciler) readSecrets(ctx context.Context, m *tetrav1.Messenger) (map[string]*corev1.Secret, []string, error) {
-	type ref struct{ name, key string }
+// Secret keys) that do not exist, each with the spec field that names it
+// (`Secret "x" (spec.redis.secretRef)`); invalid lists values the workload
+// would refuse at start, naming the field too (a JWT secret shorter than
+// auth.MinSecretLen: the pods would crash-loop on it).
+func (r *MessengerReconciler) readSecrets(ctx context.Context, m *tetrav1.Messenger) (secrets map[string]*corev1.Secret, missing, invalid []string, err error) {
+	type ref struct{ field, name, key string }
 	refs := []ref{
-		{m.Spec.PostgreSQL.SecretRef.Name, render.SecretKey(m.Spec.PostgreSQL.SecretRef.Key, render.DefaultURLKey)},
-		{m.Spec.JWT.SecretRef.Name, render.SecretKey(m.Spec.JWT.SecretRef.Key, render.DefaultJWTKey)},
+		{"spec.postgresql.secretRef", m.Spec.PostgreSQL.SecretRef.Name, render.SecretKey(m.Spec.PostgreSQL.SecretRef.Key, render.DefaultURLKey)},
+		{"spec.jwt.secretRef", m.Spec.JWT.SecretRef.Name, render.SecretKey(m.Spec.JWT.SecretRef.Key, render.DefaultJWTKey)},
 	}
 	if m.Spec.Redis != nil {
-		refs = append(refs, ref{m.Spec.Redis.SecretRef.Name, render.SecretKey(m.Spec.Redis.SecretRef.Key, render.DefaultURLKey)})
+		refs = append(refs, ref{"spec.redis.secretRef", m.Spec.Redis.SecretRef.Name, render.SecretKey(m.Spec.Redis.SecretRef.Key, render.DefaultURLKey)})
 	}
 	if m.Spec.Nudge != nil {
-		refs = append(refs, ref{m.Spec.Nudge.SecretRef.Name, render.SecretKey(m.Spec.Nudge.SecretRef.Key, render.DefaultJWTKey)})
+		refs = append(refs, ref{"spec.nudge.secretRef", m.Spec.Nudge.SecretRef.Name, render.SecretKey(m.Spec.Nudge.SecretRef.Key, render.DefaultJWTKey)})
 	}
-	secrets := map[string]*corev1.Secret{}
-	var missing []string
+	secrets = map[string]*corev1.Secret{}
 	for _, rf := range refs {
 		s, seen := secrets[rf.name]
 		if !seen {
@@ -688,18 +698,21 @@ func (r *MessengerReconciler) readSecrets(ctx context.Context, m *tetrav1.Messen
 			case apierrors.IsNotFound(err):
 				s = nil
 			case err != nil:
-				return nil, nil, fmt.Errorf("read secret %s: %w", rf.name, err)
+				return nil, nil, nil, fmt.Errorf("read secret %s: %w", rf.name, err)
 			}
 			secrets[rf.name] = s
 		}
 		switch {
 		case s == nil:
-			missing = append(missing, fmt.Sprintf("Secret %q", rf.name))
+			missing = append(missing, fmt.Sprintf("Secret %q (%s)", rf.name, rf.field))
 		case len(s.Data[rf.key]) == 0:
-			missing = append(missing, fmt.Sprintf("key %q of Secret %q", rf.key, rf.name))
+			missing = append(missing, fmt.Sprintf("key %q of Secret %q (%s)", rf.key, rf.name, rf.field))
+		case rf.field == "spec.jwt.secretRef" && len(s.Data[rf.key]) < auth.MinSecretLen:
+			invalid = append(invalid, fmt.Sprintf("%s: key %q of Secret %q holds %d bytes; the JWT secret must be at least %d",
+				rf.field, rf.key, rf.name, len(s.Data[rf.key]), auth.MinSecretLen))
 		}
 	}
-	return secrets, dedupe(missing), nil
+	return secrets, dedupe(missing), invalid, nil
 }
 
 func dedupe(in []string) []string {

@@ -387,7 +387,7 @@ func TestMissingSecret(t *testing.T) {
 	waitFor(t, wait, "Degraded SecretMissing", func() (bool, string) {
 		c := meta.FindStatusCondition(msgr(t, ns, "chat").Status.Conditions, tetrav1.ConditionDegraded)
 		return c != nil && c.Status == metav1.ConditionTrue && c.Reason == controllers.ReasonSecretMissing &&
-			strings.Contains(c.Message, `key "secret" of Secret "jwt"`), fmt.Sprintf("%+v", c)
+			strings.Contains(c.Message, `key "secret" of Secret "jwt" (spec.jwt.secretRef)`), fmt.Sprintf("%+v", c)
 	})
 	ev := waitEvent(t, ns, controllers.ReasonSecretMissing)
 	if ev.Type != corev1.EventTypeWarning {
@@ -407,6 +407,33 @@ func TestMissingSecret(t *testing.T) {
 	if c := meta.FindStatusCondition(m.Status.Conditions, tetrav1.ConditionDegraded); c.Status != metav1.ConditionFalse {
 		t.Fatalf("still degraded: %+v", c)
 	}
+}
+
+// TestShortJWTSecretRefused: a JWT secret the workload would refuse at
+// start (shorter than auth.MinSecretLen) is refused by the operator, naming
+// the field, before any pod crash-loops on it; fixing the Secret is
+// noticed through the watch.
+func TestShortJWTSecretRefused(t *testing.T) {
+	needEnv(t)
+	t.Parallel()
+	ns := newNamespace(t)
+	createSecret(t, ns, "pg", map[string]string{"url": "postgres://db/tetra"})
+	createSecret(t, ns, "jwt", map[string]string{"secret": "short"})
+	create(t, messenger(ns, "chat"))
+	waitFor(t, wait, "Degraded InvalidSpec naming spec.jwt.secretRef", func() (bool, string) {
+		c := meta.FindStatusCondition(msgr(t, ns, "chat").Status.Conditions, tetrav1.ConditionDegraded)
+		return c != nil && c.Status == metav1.ConditionTrue && c.Reason == "InvalidSpec" &&
+			strings.Contains(c.Message, `spec.jwt.secretRef: key "secret" of Secret "jwt" holds 5 bytes`), fmt.Sprintf("%+v", c)
+	})
+	if _, ok := deployment(t, ns, "chat"); ok {
+		t.Fatal("a Deployment whose pods would refuse the JWT secret")
+	}
+	s, _ := get(t, &corev1.Secret{}, ns, "jwt")
+	s.Data["secret"] = []byte(jwtSecret)
+	if err := k8s.Update(ctx(), s); err != nil {
+		t.Fatal(err)
+	}
+	waitSettled(t, ns, "chat")
 }
 
 func TestStatusFollowsDeployment(t *testing.T) {

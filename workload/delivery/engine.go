@@ -137,14 +137,9 @@ type Engine struct {
 	scanPos    map[int32]*atomic.Int64
 	gc         *collector  // the waterline GC (gc.go)
 	ackQ       *ackBatcher // nil: each Ack records itself (ackbatch.go)
-	cover      *coverage   // commits the fast path delivered whole (cover.go)
+	fastPath   *fastPath   // the hand-off after commit (fastpath.go)
 
-	// fastQ has one queue per worker; a connection's items always go to
-	// the same worker, so each connection sees commit order.
-	fastQ    []chan fastItem
 	pollWake chan struct{}
-
-	nextShard atomic.Uint64
 
 	// The fleet (see fleet.go); nil fleet for an in-process index.
 	fleet   waterline.Fleet
@@ -203,8 +198,6 @@ func New(log outbox.Log, idx waterline.Index, tuning func() config.Tuning, cfg C
 		cfg: cfg, tuning: tuning, outbox: log, idx: idx, logger: logger, now: time.Now,
 		reg:      newRegistry(),
 		scanPos:  map[int32]*atomic.Int64{},
-		cover:    newCoverage(),
-		fastQ:    makeQueues(cfg.Concurrency, cfg.FastQueue),
 		pollWake: make(chan struct{}, 1),
 		wakeOut:  make(chan struct{}, 1),
 		castOut:  make(chan fleetCast, 1024),
@@ -212,6 +205,7 @@ func New(log outbox.Log, idx waterline.Index, tuning func() config.Tuning, cfg C
 		stats:    Stats{Withdrawals: map[string]int64{}, Rebuilds: map[string]int64{}, SafeLine: map[int32]int64{}},
 	}
 	e.gc = newCollector(e)
+	e.fastPath = newFastPath(e, cfg.Concurrency, cfg.FastQueue)
 	if many, ok := idx.(waterline.ManyAcker); ok && e.cfg.AckWait > 0 {
 		e.ackQ = newAckBatcher(e, many, e.cfg.AckWait)
 	}
@@ -261,10 +255,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	if err := e.runFleet(rctx); err != nil {
 		return fail(fmt.Errorf("delivery: subscribe to the fleet channel: %w", err))
 	}
-	for i := 0; i < e.cfg.Concurrency; i++ {
-		e.wg.Add(1)
-		go e.fastWorker(rctx, e.fastQ[i])
-	}
+	e.fastPath.start(rctx)
 	if e.ackQ != nil {
 		e.wg.Add(1)
 		go e.ackQ.loop(rctx)
@@ -336,7 +327,7 @@ func (e *Engine) Register(ctx context.Context, c Conn) (*Member, error) {
 		shed:        map[int32]int64{},
 		behind:      map[int32]time.Time{},
 		out:         map[string]*outstanding{},
-		shard:       int(e.nextShard.Add(1) % uint64(len(e.fastQ))),
+		shard:       e.fastPath.shard(),
 	}
 	m.lastSeen.Store(now.UnixNano())
 	for _, p := range e.partitions {
@@ -543,7 +534,7 @@ func (e *Engine) Stats() Stats {
 	s.Acks = e.acks.Load()
 	s.EnqueueFailures = e.enqF.Load()
 	s.Deferred = e.deferred.Load()
-	s.ScanSkipped = e.cover.skipped.Load()
+	s.ScanSkipped = e.fastPath.cover.skipped.Load()
 	s.Behind = e.reg.laggingCount()
 	return s
 }

@@ -159,7 +159,7 @@ func (e *Engine) scan(ctx context.Context, p int32) {
 	pos := e.scanPos[p]
 	for round := 0; round < maxScanRounds; round++ {
 		after := pos.Load()
-		if next := e.cover.pass(p, after); next > after {
+		if next := e.fastPath.cover.pass(p, after); next > after {
 			// The fast path delivered these commits whole (cover.go).
 			after = next
 			pos.Store(after)

@@ -134,12 +134,10 @@ type Engine struct {
 	idxMu sync.RWMutex
 
 	partitions []int32
-	scanPos    map[int32]*atomic.Int64
 	gc         *collector  // the waterline GC (gc.go)
 	ackQ       *ackBatcher // nil: each Ack records itself (ackbatch.go)
 	fastPath   *fastPath   // the hand-off after commit (fastpath.go)
-
-	pollWake chan struct{}
+	poller     *poller     // re-delivery, catch-up and the forward scan (poller.go)
 
 	// The fleet (see fleet.go); nil fleet for an in-process index.
 	fleet   waterline.Fleet
@@ -196,16 +194,15 @@ func New(log outbox.Log, idx waterline.Index, tuning func() config.Tuning, cfg C
 	cfg = cfg.withDefaults()
 	e := &Engine{
 		cfg: cfg, tuning: tuning, outbox: log, idx: idx, logger: logger, now: time.Now,
-		reg:      newRegistry(),
-		scanPos:  map[int32]*atomic.Int64{},
-		pollWake: make(chan struct{}, 1),
-		wakeOut:  make(chan struct{}, 1),
-		castOut:  make(chan fleetCast, 1024),
-		beatNow:  make(chan struct{}, 1),
-		stats:    Stats{Withdrawals: map[string]int64{}, Rebuilds: map[string]int64{}, SafeLine: map[int32]int64{}},
+		reg:     newRegistry(),
+		wakeOut: make(chan struct{}, 1),
+		castOut: make(chan fleetCast, 1024),
+		beatNow: make(chan struct{}, 1),
+		stats:   Stats{Withdrawals: map[string]int64{}, Rebuilds: map[string]int64{}, SafeLine: map[int32]int64{}},
 	}
 	e.gc = newCollector(e)
 	e.fastPath = newFastPath(e, cfg.Concurrency, cfg.FastQueue)
+	e.poller = newPoller(e, e.fastPath.cover)
 	if many, ok := idx.(waterline.ManyAcker); ok && e.cfg.AckWait > 0 {
 		e.ackQ = newAckBatcher(e, many, e.cfg.AckWait)
 	}
@@ -238,13 +235,8 @@ func (e *Engine) Start(ctx context.Context) error {
 		e.wg.Add(1)
 		go e.heartbeatLoop(rctx)
 	}
-	for _, p := range parts {
-		v := &atomic.Int64{}
-		v.Store(-1)
-		e.scanPos[p] = v
-		if err := e.idx.Hold(ctx, e.cfg.Holder, p, 0, e.cfg.HoldTTL); err != nil {
-			return fail(fmt.Errorf("delivery: hold the outbox for the poller: %w", err))
-		}
+	if err := e.poller.holdAll(ctx, parts); err != nil {
+		return fail(fmt.Errorf("delivery: hold the outbox for the poller: %w", err))
 	}
 	// The cold-state wipe: whatever this process's owner left in the index
 	// (a previous run that crashed) is reset, and the index is rebuilt from
@@ -261,7 +253,7 @@ func (e *Engine) Start(ctx context.Context) error {
 		go e.ackQ.loop(rctx)
 	}
 	e.wg.Add(3)
-	go e.pollLoop(rctx)
+	go e.poller.loop(rctx)
 	go e.gc.loop(rctx)
 	go e.idleLoop(rctx)
 	return nil
@@ -474,7 +466,7 @@ func (e *Engine) Ack(ctx context.Context, m *Member, ids []string) error {
 	}
 	m.mu.Unlock()
 	if freed && waiting {
-		e.wakePoller()
+		e.poller.wakeUp()
 	}
 	e.acks.Add(int64(len(ids)))
 	if e.ackQ != nil {

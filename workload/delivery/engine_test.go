@@ -138,8 +138,8 @@ func newRigOn(t testing.TB, db *sqlite.DB, mutate func(*config.Tuning)) *rig {
 	}
 	e.partitions = parts
 	for _, p := range parts {
-		e.scanPos[p] = new(atomic.Int64)
-		e.scanPos[p].Store(-1)
+		e.poller.scanPos[p] = new(atomic.Int64)
+		e.poller.scanPos[p].Store(-1)
 		if err := r.idx.Hold(ctx, e.cfg.Holder, p, 0, time.Hour); err != nil {
 			t.Fatal(err)
 		}

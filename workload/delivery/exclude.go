@@ -135,7 +135,7 @@ func (e *Engine) excludeHere(ctx context.Context, x exclusion) {
 			e.logger.Debug("exclude: drop entries from the index", "conn", m.client.ID, "err", err)
 		}
 		if waiting {
-			e.wakePoller()
+			e.poller.wakeUp()
 		}
 	}
 	if e.cfg.OnExcluded != nil {

@@ -139,7 +139,7 @@ func (f *fastPath) handoff(batch []Committed) {
 		cov.sealed.Store(true)
 	}
 	if shed {
-		e.wakePoller()
+		e.poller.wakeUp()
 	}
 }
 

@@ -95,7 +95,7 @@ func (e *Engine) runFleet(rctx context.Context) error {
 	if e.fleet == nil {
 		return nil
 	}
-	done, err := e.fleet.Subscribe(rctx, waterline.FleetHandlers{OnClaim: e.onClaim, OnWake: e.wakePoller, OnBroadcast: e.onBroadcast})
+	done, err := e.fleet.Subscribe(rctx, waterline.FleetHandlers{OnClaim: e.onClaim, OnWake: e.poller.wakeUp, OnBroadcast: e.onBroadcast})
 	if err != nil {
 		return err
 	}

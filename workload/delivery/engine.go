@@ -139,11 +139,9 @@ type Engine struct {
 	fastPath   *fastPath   // the hand-off after commit (fastpath.go)
 	poller     *poller     // re-delivery, catch-up and the forward scan (poller.go)
 
-	// The fleet (see fleet.go); nil fleet for an in-process index.
-	fleet   waterline.Fleet
-	wakeOut chan struct{}
-	castOut chan fleetCast
-	beatNow chan struct{}
+	// link is the link to the other processes sharing the index
+	// (fleet.go), set by Start; nil for an index that is not shared.
+	link *fleetLink
 
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
@@ -194,11 +192,8 @@ func New(log outbox.Log, idx waterline.Index, tuning func() config.Tuning, cfg C
 	cfg = cfg.withDefaults()
 	e := &Engine{
 		cfg: cfg, tuning: tuning, outbox: log, idx: idx, logger: logger, now: time.Now,
-		reg:     newRegistry(),
-		wakeOut: make(chan struct{}, 1),
-		castOut: make(chan fleetCast, 1024),
-		beatNow: make(chan struct{}, 1),
-		stats:   Stats{Withdrawals: map[string]int64{}, Rebuilds: map[string]int64{}, SafeLine: map[int32]int64{}},
+		reg:   newRegistry(),
+		stats: Stats{Withdrawals: map[string]int64{}, Rebuilds: map[string]int64{}, SafeLine: map[int32]int64{}},
 	}
 	e.gc = newCollector(e)
 	e.fastPath = newFastPath(e, cfg.Concurrency, cfg.FastQueue)
@@ -219,7 +214,7 @@ func (e *Engine) Start(ctx context.Context) error {
 		return fmt.Errorf("delivery: list outbox partitions: %w", err)
 	}
 	e.partitions = parts
-	if err := e.startFleet(ctx); err != nil {
+	if e.link, err = startFleetLink(ctx, e); err != nil {
 		return fmt.Errorf("delivery: heartbeat in the shared index: %w", err)
 	}
 	rctx, cancel := context.WithCancel(context.Background())
@@ -229,11 +224,11 @@ func (e *Engine) Start(ctx context.Context) error {
 		e.wg.Wait()
 		return err
 	}
-	if e.fleet != nil {
+	if e.link != nil {
 		// Heartbeat from now on: a long rebuild must not make this process
 		// look dead to the others.
 		e.wg.Add(1)
-		go e.heartbeatLoop(rctx)
+		go e.link.heartbeatLoop(rctx)
 	}
 	if err := e.poller.holdAll(ctx, parts); err != nil {
 		return fail(fmt.Errorf("delivery: hold the outbox for the poller: %w", err))
@@ -244,8 +239,10 @@ func (e *Engine) Start(ctx context.Context) error {
 	if err := e.Rebuild(ctx, RebuildColdStart); err != nil {
 		return fail(err)
 	}
-	if err := e.runFleet(rctx); err != nil {
-		return fail(fmt.Errorf("delivery: subscribe to the fleet channel: %w", err))
+	if e.link != nil {
+		if err := e.link.run(rctx); err != nil {
+			return fail(fmt.Errorf("delivery: subscribe to the fleet channel: %w", err))
+		}
 	}
 	e.fastPath.start(rctx)
 	if e.ackQ != nil {
@@ -278,7 +275,7 @@ func (e *Engine) Stop(ctx context.Context) {
 	for _, p := range e.partitions {
 		_ = e.idx.Hold(ctx, e.cfg.Holder, p, -1, e.cfg.HoldTTL)
 	}
-	e.stopFleet(ctx)
+	e.link.stop(ctx)
 }
 
 // CloseAll closes every registered connection with code and withdraws it.
@@ -301,8 +298,8 @@ func (e *Engine) ctx() (context.Context, context.CancelFunc) {
 // the hello frame before calling Register.
 func (e *Engine) Register(ctx context.Context, c Conn) (*Member, error) {
 	var epoch int64
-	if e.fleet != nil {
-		cl, err := e.fleet.Claim(ctx, c.User(), c.Device(), c.ID())
+	if e.link != nil {
+		cl, err := e.link.fleet.Claim(ctx, c.User(), c.Device(), c.ID())
 		if err != nil {
 			return nil, fmt.Errorf("delivery: claim the device in the shared index: %w", err)
 		}
@@ -364,11 +361,11 @@ func (e *Engine) Register(ctx context.Context, c Conn) (*Member, error) {
 		m.horizon[p] = h
 	}
 	m.mu.Unlock()
-	if e.fleet != nil {
+	if e.link != nil {
 		// A claim by another process that was announced before this member
 		// was in the registry found nothing to close; the stored epoch
 		// tells. A claim announced later finds the member (onClaim).
-		latest, err := e.fleet.LatestEpoch(ctx, client.User, client.Device)
+		latest, err := e.link.fleet.LatestEpoch(ctx, client.User, client.Device)
 		if err == nil && latest > epoch {
 			e.withdraw(m, protocol.CloseSuperseded, "superseded by a newer connection of the same device", ReasonSuperseded)
 		}
@@ -489,7 +486,7 @@ func (e *Engine) Ack(ctx context.Context, m *Member, ids []string) error {
 // this process and, with a shared index, on the other processes of the
 // fleet (best effort).
 func (e *Engine) Broadcast(users []string, frame []byte, skip *Member) {
-	e.publishBroadcast(users, frame)
+	e.link.publishBroadcast(users, frame)
 	e.broadcastHere(users, frame, skip)
 }
 

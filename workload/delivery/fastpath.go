@@ -53,7 +53,7 @@ func (e *Engine) Handoff(batch []Committed) {
 		}
 	}
 	if len(batch) > 0 {
-		e.publishWake()
+		e.link.publishWake()
 	}
 }
 

@@ -92,9 +92,7 @@ func (e *Engine) recorded(m *Member, err error) bool {
 		// The index lost this registration: a flush or a failover that
 		// the next GC pass rebuilds from, or, in a shared index, another
 		// process reaped this one (the heartbeat tells).
-		if e.fleet != nil {
-			e.checkReaped()
-		}
+		e.link.checkReaped()
 	case err != nil:
 		e.logger.Warn("waterline index refused a send; delivering (the connection's window keeps it for re-delivery)", "conn", m.client.ID, "err", err)
 	}

@@ -117,7 +117,10 @@ type Stats struct {
 	OwnersReaped    int64            `json:"ownersReaped"`    // dead processes whose index state this one reaped
 }
 
-// Engine is the live delivery engine.
+// Engine is the live delivery engine. It keeps the registered connections,
+// the waterline index and its lock, and the counters; the fast path, the
+// poller, the GC, the ack batcher and the fleet link are its parts, each a
+// type with its own state (doc.go lists where each lives).
 type Engine struct {
 	cfg    Config
 	tuning func() config.Tuning

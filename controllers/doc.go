@@ -31,6 +31,8 @@
 // its waterline index (POST /admin/rebuild with an admin token minted from
 // the JWT Secret). When that cannot be done for every pod, the epoch is
 // written into the pod template (tetra.dev/redis-epoch), which restarts the
-// pods; a restarted pod primes its index from the outbox. No master, or
+// pods; a restarted pod starts on a fresh part of the index (it has no
+// connection yet), and its clients are caught up from the outbox as they
+// reconnect. No master, or
 // Sentinels that disagree, set Degraded and change nothing.
 package controllers

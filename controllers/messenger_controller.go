@@ -33,6 +33,7 @@ import (
 	"github.com/tetra-messenger/tetra/internal/operator/adminapi"
 	"github.com/tetra-messenger/tetra/internal/operator/redisid"
 	"github.com/tetra-messenger/tetra/internal/operator/render"
+	"github.com/tetra-messenger/tetra/internal/redisinfo"
 )
 
 // FieldOwner is the server-side apply field manager of the operator.
@@ -85,7 +86,7 @@ const secretIndex = ".spec.secretRefs"
 
 // RedisProber reads the identity of a Redis master (redisid.Prober).
 type RedisProber interface {
-	Probe(ctx context.Context, t redisid.Target) (redisid.Identity, error)
+	Probe(ctx context.Context, t redisid.Target) (redisinfo.Identity, error)
 }
 
 // MessengerReconciler renders a Messenger's children and watches its Redis.
@@ -122,7 +123,7 @@ type MessengerReconciler struct {
 	RebuildGrace time.Duration
 
 	mu      sync.Mutex
-	pending map[types.NamespacedName]redisid.Identity
+	pending map[types.NamespacedName]redisinfo.Identity
 }
 
 // +kubebuilder:rbac:groups=tetra.dev,resources=messengers,verbs=get;list;watch
@@ -750,7 +751,8 @@ func (r *MessengerReconciler) observeRedis(ctx context.Context, m *tetrav1.Messe
 		r.setPending(key, nil)
 		return nil, nil, true
 	}
-	if cur.RunID == id.RunID && cur.MasterReplID == id.MasterReplID {
+	old := redisinfo.Identity{RunID: cur.RunID, MasterReplID: cur.MasterReplID, Addr: cur.Address}
+	if id.Same(old) {
 		r.setPending(key, nil)
 		return nil, nil, false
 	}
@@ -761,7 +763,6 @@ func (r *MessengerReconciler) observeRedis(ctx context.Context, m *tetrav1.Messe
 		return nil, nil, false
 	}
 	r.setPending(key, nil)
-	old := redisid.Identity{RunID: cur.RunID, MasterReplID: cur.MasterReplID, Addr: cur.Address}
 	if id.Renewed(old) {
 		// The same process gave itself a new replication ID because its
 		// first replica attached: the same data, no failover.
@@ -800,14 +801,14 @@ func (r *MessengerReconciler) requestRebuild(ctx context.Context, m *tetrav1.Mes
 	return r.Rebuilder.Rebuild(ctx, ready, jwt)
 }
 
-func (r *MessengerReconciler) getPending(k types.NamespacedName) (redisid.Identity, bool) {
+func (r *MessengerReconciler) getPending(k types.NamespacedName) (redisinfo.Identity, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	id, ok := r.pending[k]
 	return id, ok
 }
 
-func (r *MessengerReconciler) setPending(k types.NamespacedName, id *redisid.Identity) {
+func (r *MessengerReconciler) setPending(k types.NamespacedName, id *redisinfo.Identity) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if id == nil {
@@ -815,7 +816,7 @@ func (r *MessengerReconciler) setPending(k types.NamespacedName, id *redisid.Ide
 		return
 	}
 	if r.pending == nil {
-		r.pending = map[types.NamespacedName]redisid.Identity{}
+		r.pending = map[types.NamespacedName]redisinfo.Identity{}
 	}
 	r.pending[k] = *id
 }

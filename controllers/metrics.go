@@ -58,7 +58,7 @@ var Outcomes = []string{OutcomeReady, OutcomeProgressing, OutcomeDegraded, Outco
 	OutcomeError, OutcomePaused, OutcomeConflict, OutcomeDeleted}
 
 // Failover kinds, the values of tetra_operator_redis_failovers_total's kind
-// label: how the new master relates to the old one (redisid.PromotedFrom).
+// label: how the new master relates to the old one (redisinfo.Identity.PromotedFrom).
 const (
 	// FailoverRestart: a new master process with a history of its own
 	// (a restart without persistence, or another server now answers at

@@ -14,26 +14,27 @@ import (
 
 	tetrav1 "github.com/tetra-messenger/tetra/api/v1alpha1"
 	"github.com/tetra-messenger/tetra/internal/operator/redisid"
+	"github.com/tetra-messenger/tetra/internal/redisinfo"
 )
 
 // scriptedProber returns the next scripted observation on every probe.
-type scriptedProber struct{ script []any } // redisid.Identity or error
+type scriptedProber struct{ script []any } // redisinfo.Identity or error
 
-func (p *scriptedProber) Probe(context.Context, redisid.Target) (redisid.Identity, error) {
+func (p *scriptedProber) Probe(context.Context, redisid.Target) (redisinfo.Identity, error) {
 	next := p.script[0]
 	p.script = p.script[1:]
 	if err, ok := next.(error); ok {
-		return redisid.Identity{}, err
+		return redisinfo.Identity{}, err
 	}
-	return next.(redisid.Identity), nil
+	return next.(redisinfo.Identity), nil
 }
 
 // TestFailoverNeedsTwoEqualObservations drives observeRedis through a
 // scripted sequence of identities and errors, without a cluster.
 func TestFailoverNeedsTwoEqualObservations(t *testing.T) {
-	a := redisid.Identity{RunID: "run-a", MasterReplID: "repl-a", Addr: "r:6379"}
-	b := redisid.Identity{RunID: "run-a", MasterReplID: "repl-b", Addr: "r:6379"} // a promotion
-	c := redisid.Identity{RunID: "run-c", MasterReplID: "repl-b", Addr: "r:6379"} // a restart
+	a := redisinfo.Identity{RunID: "run-a", MasterReplID: "repl-a", Addr: "r:6379"}
+	b := redisinfo.Identity{RunID: "run-a", MasterReplID: "repl-b", Addr: "r:6379"} // a promotion
+	c := redisinfo.Identity{RunID: "run-c", MasterReplID: "repl-b", Addr: "r:6379"} // a restart
 	several := fmt.Errorf("%w: sentinels disagree", redisid.ErrSeveralMasters)
 	none := fmt.Errorf("%w: replica", redisid.ErrNoMaster)
 

@@ -124,7 +124,7 @@ type RedisSpec struct {
 	// characters or NUL bytes, so `redis-cli --scan --pattern
 	// '<prefix>*'` selects exactly this Messenger's keys. Changing it
 	// replaces the pods (Recreate): pods of two prefixes may not share one
-	// database, and the new pods prime a fresh index from the outbox; the
+	// database, and the new pods start on a fresh index; the
 	// old prefix's keys are left for you to delete.
 	// +kubebuilder:validation:MinLength=2
 	// +kubebuilder:validation:MaxLength=200

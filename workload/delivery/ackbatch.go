@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tetra-messenger/tetra/internal/slogx"
 	"github.com/tetra-messenger/tetra/workload/waterline"
 )
 
@@ -30,6 +31,7 @@ type ackBatcher struct {
 	many waterline.ManyAcker
 	wait time.Duration
 	wake chan struct{}
+	warn *slogx.Sampled // a Redis outage fails a flush every AckWait
 
 	mu    sync.Mutex
 	ids   map[string][]string // client -> ids acknowledged, in order
@@ -38,7 +40,8 @@ type ackBatcher struct {
 }
 
 func newAckBatcher(e *Engine, many waterline.ManyAcker, wait time.Duration) *ackBatcher {
-	return &ackBatcher{e: e, many: many, wait: wait, wake: make(chan struct{}, 1), ids: map[string][]string{}}
+	return &ackBatcher{e: e, many: many, wait: wait, wake: make(chan struct{}, 1), ids: map[string][]string{},
+		warn: slogx.NewSampled(slogx.Interval)}
 }
 
 // add queues the acknowledgement of ids by client.
@@ -124,6 +127,6 @@ func (a *ackBatcher) flush(ctx context.Context) {
 		// As with a failed Ack: the windows are free already; the index
 		// keeps the entries until their lease, when the poller finds
 		// them acknowledged and drops them (redeliver).
-		a.e.logger.Warn("acks not recorded in the waterline index", "clients", failed, "of", len(batches), "err", last)
+		a.warn.Warn(a.e.logger, "acks not recorded in the waterline index", "clients", failed, "of", len(batches), "err", last)
 	}
 }

@@ -12,7 +12,7 @@
 //	registry.go  the registered connections, by id and by (user, device)
 //	member.go    one connection: its push window, horizon and backlog marks
 //	fastpath.go  the hand-off after commit (Committed, Handoff) and fastPath: its workers and queues
-//	cover.go     the commits the fast path delivered whole, which the poller passes unread
+//	cover.go     the commits the fast path delivered whole, which the poller's scan passes unread
 //	send.go      recording sends in the index and queueing their frames (both paths)
 //	poller.go    poller: re-delivery, the catch-up behind full windows, the forward scan, the hold
 //	ackbatch.go  ackBatcher: acknowledgements recorded together (Config.AckWait)
@@ -44,13 +44,16 @@
 // connection's pending set, with attempts and lease, mirroring its window.
 // Three reapers, each a separate policy (reapers.go), withdraw a connection
 // from live delivery: idle (no pong or frame for pingInterval+pingTimeout,
-// close 4004), overload (a full window with messages waiting that made no
-// progress for pendingTimeout, or a backlog older than lease x
-// maxDeliveryAttempts, close 4003) and attempts (a message due again after
-// maxDeliveryAttempts sends, close 4002). Withdrawal removes the whole
-// pending set and closes that exact connection; a verdict about a connection
-// that has already been superseded or closed is a no-op, because the
-// connection object is the epoch.
+// close 4004), overload (judged by the time its window was full with
+// messages waiting behind it, never by the backlog's age: a full window
+// that made no progress for pendingTimeout, or, since the connection fell
+// behind, a window full for longer than lease x maxDeliveryAttempts in all
+// and for at least three quarters of that time, keepUpShare; close 4003)
+// and attempts (a message due again after maxDeliveryAttempts sends, close
+// 4002). Withdrawal removes the whole pending set and closes that exact
+// connection; a verdict about a connection that has already been
+// superseded or closed is a no-op, because the connection object is the
+// epoch.
 //
 // GC computes the safe-delete line as the minimum over the index's pins and
 // the poller's hold (rows live delivery has not examined, or still owes a

@@ -12,6 +12,7 @@ import (
 
 	"github.com/oklog/ulid/v2"
 
+	"github.com/tetra-messenger/tetra/internal/slogx"
 	"github.com/tetra-messenger/tetra/workload/config"
 	"github.com/tetra-messenger/tetra/workload/outbox"
 	"github.com/tetra-messenger/tetra/workload/protocol"
@@ -141,6 +142,9 @@ type Engine struct {
 	ackQ       *ackBatcher // nil: each Ack records itself (ackbatch.go)
 	fastPath   *fastPath   // the hand-off after commit (fastpath.go)
 	poller     *poller     // re-delivery, catch-up and the forward scan (poller.go)
+	// warnSend logs the index's refusals of sends at most every
+	// slogx.Interval: while Redis is away every send fails.
+	warnSend *slogx.Sampled
 
 	// link is the link to the other processes sharing the index
 	// (fleet.go), set by Start; nil for an index that is not shared.
@@ -201,6 +205,7 @@ func New(log outbox.Log, idx waterline.Index, tuning func() config.Tuning, cfg C
 	e.gc = newCollector(e)
 	e.fastPath = newFastPath(e, cfg.Concurrency, cfg.FastQueue)
 	e.poller = newPoller(e, e.fastPath.cover)
+	e.warnSend = slogx.NewSampled(slogx.Interval)
 	if many, ok := idx.(waterline.ManyAcker); ok && e.cfg.AckWait > 0 {
 		e.ackQ = newAckBatcher(e, many, e.cfg.AckWait)
 	}
@@ -208,9 +213,10 @@ func New(log outbox.Log, idx waterline.Index, tuning func() config.Tuning, cfg C
 }
 
 // Start pins the unscanned outbox with the poller's hold, rebuilds this
-// process's part of the index from the outbox (a cold start: state a
-// crashed predecessor with the same owner left behind is wiped), and starts
-// the fast-path workers, the poller, the GC and the idle reaper.
+// process's part of the index (Rebuild; at a cold start no connection is
+// registered yet, so this wipes what a crashed predecessor with the same
+// owner left behind and marks the index primed), and starts the fast-path
+// workers, the poller, the GC and the idle reaper.
 func (e *Engine) Start(ctx context.Context) error {
 	parts, err := e.outbox.Partitions(ctx)
 	if err != nil {
@@ -237,8 +243,8 @@ func (e *Engine) Start(ctx context.Context) error {
 		return fail(fmt.Errorf("delivery: hold the outbox for the poller: %w", err))
 	}
 	// The cold-state wipe: whatever this process's owner left in the index
-	// (a previous run that crashed) is reset, and the index is rebuilt from
-	// the outbox before the first delete.
+	// (a previous run that crashed) is reset before the first delete; the
+	// hold above keeps every row until the poller has scanned it.
 	if err := e.Rebuild(ctx, RebuildColdStart); err != nil {
 		return fail(err)
 	}

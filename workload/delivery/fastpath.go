@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 
 	"github.com/tetra-messenger/tetra/workload/history"
+	"github.com/tetra-messenger/tetra/workload/outbox"
 	"github.com/tetra-messenger/tetra/workload/protocol"
 	"github.com/tetra-messenger/tetra/workload/waterline"
 )
@@ -15,30 +16,8 @@ type fastItem struct {
 	item
 }
 
-// Committed is one message durably committed to history, with the outbox
-// rows written for it: what the accept pipeline (after its group commit)
-// and the Kafka relay (after its transaction) hand to the fast path.
-type Committed struct {
-	Message history.Message
-	// Rows are the message's outbox rows, one per chat member (the
-	// sender's included, for its other devices).
-	Rows []history.Delivery
-}
-
-// FromResults keeps, of a group commit's results, the messages committed
-// now with outbox rows (not errors, duplicates, or Kafka-mode commits,
-// whose rows the relay writes later).
-func FromResults(results []history.Result) []Committed {
-	out := make([]Committed, 0, len(results))
-	for i := range results {
-		r := &results[i]
-		if r.Err != nil || r.Duplicate || len(r.Deliveries) == 0 {
-			continue
-		}
-		out = append(out, Committed{Message: r.Message, Rows: r.Deliveries})
-	}
-	return out
-}
+// Committed is outbox.Committed: what the fast path is handed.
+type Committed = outbox.Committed
 
 // Handoff queues committed messages on the fast path for their connected
 // recipients (never the sending connection). It never blocks: when a

@@ -117,7 +117,8 @@ func (e *Engine) primingNeeded(ctx context.Context) (id, was, reason string, err
 func (e *Engine) GCOnce(ctx context.Context) (int64, error) { return e.gc.once(ctx) }
 
 // once runs one GC pass and returns the rows it deleted. It first makes
-// sure the index is primed (rebuilding it from the outbox if not), then, per
+// sure the index is primed (rebuilding it from the connections' windows if
+// not: Rebuild), then, per
 // partition: line = min(safe line of the index, grace line); line = max(line,
 // age-backstop line); delete the prefix below line. Any error reading the
 // index or the outbox deletes nothing in that partition.

@@ -94,7 +94,7 @@ func (e *Engine) recorded(m *Member, err error) bool {
 		// process reaped this one (the heartbeat tells).
 		e.link.checkReaped()
 	case err != nil:
-		e.logger.Warn("waterline index refused a send; delivering (the connection's window keeps it for re-delivery)", "conn", m.client.ID, "err", err)
+		e.warnSend.Warn(e.logger, "waterline index refused a send; delivering (the connection's window keeps it for re-delivery)", "conn", m.client.ID, "err", err)
 	}
 	return true
 }

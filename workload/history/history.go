@@ -117,8 +117,10 @@ type Message struct {
 	Deleted bool
 }
 
-// Draft is a message waiting in the accept pipeline. ID and SentAt are
-// minted by the ingest stage before the commit.
+// Draft is a message waiting in the accept pipeline. ID (a ULID) and
+// SentAt (UTC) are set by whoever builds the draft, before it is queued:
+// package server, for a WebSocket send (ws.go handleSend) and for a delete
+// over HTTP (edits.go); the ingest stage passes them through.
 type Draft struct {
 	ID            string
 	ChatID        string
@@ -275,7 +277,7 @@ type Read struct {
 // in the store's meta table (tetra_meta, key "fleet"), opaque to the store.
 // The server writes it at start and reads it to name what differs when it
 // refuses a process that disagrees with the running fleet (issue 24,
-// point 1; see server.fleetIdentity).
+// point 1; see backends.fleetIdentity).
 type FleetRecorder interface {
 	// Fleet returns the recorded identity; "" when none was recorded.
 	// Errors wrap ErrUnavailable.

@@ -23,6 +23,32 @@ type Row struct {
 	CreatedAt time.Time
 }
 
+// Committed is one message durably committed to history, with the outbox
+// rows written for it: what the accept pipeline (after its group commit,
+// through FromResults) and the Kafka relay (after its transaction) hand to
+// live delivery's fast path (delivery.Engine.Handoff).
+type Committed struct {
+	Message history.Message
+	// Rows are the message's outbox rows, one per chat member (the
+	// sender's included, for its other devices).
+	Rows []history.Delivery
+}
+
+// FromResults keeps, of a group commit's results, the messages committed
+// now with outbox rows (not errors, duplicates, or Kafka-mode commits,
+// whose rows the relay writes later).
+func FromResults(results []history.Result) []Committed {
+	out := make([]Committed, 0, len(results))
+	for i := range results {
+		r := &results[i]
+		if r.Err != nil || r.Duplicate || len(r.Deliveries) == 0 {
+			continue
+		}
+		out = append(out, Committed{Message: r.Message, Rows: r.Deliveries})
+	}
+	return out
+}
+
 // Stats describes one partition.
 type Stats struct {
 	Partition int32 `json:"partition"`

@@ -70,7 +70,8 @@ func (s *Server) handleAdminStats(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, st)
 }
 
-// handleAdminRebuild rebuilds the waterline index from the outbox now (the
+// handleAdminRebuild rebuilds this process's part of the waterline index
+// now, from its connections' windows (delivery.Engine.Rebuild; the
 // operator calls it after a Redis failover).
 func (s *Server) handleAdminRebuild(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 60*time.Second)

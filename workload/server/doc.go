@@ -4,10 +4,14 @@
 // delivery of package delivery, history retention).
 //
 // A Server is a value that tests and the load generator start in process on
-// port 0 and stop cleanly: New opens the stores named by Config (the
-// embedded default is SQLite in Config.DataDir and an in-process waterline
-// index), Start listens, Shutdown drains (refuses new sends, finishes the
+// port 0 and stop cleanly: New opens the backends named by Config through
+// package backends (the embedded default is SQLite in Config.DataDir and an
+// in-process waterline index) and wires the engine and the pipeline over
+// them, Start listens, Shutdown drains (refuses new sends, finishes the
 // commits in flight, closes sockets with 1001) and releases everything.
+// It names no store and no index: a new backend is an edit of package
+// backends (which also builds the Kafka relay, Backends.NewRelay; the
+// server starts and stops it with the pipeline).
 //
 // Each WebSocket connection is a session with one reader and one writer
 // goroutine, pings on timers (a goroutine exists only while a ping waits

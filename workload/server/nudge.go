@@ -1,12 +1,10 @@
 package server
 
 import (
-	"context"
 	"time"
 
 	"github.com/tetra-messenger/tetra/workload/metrics"
 	"github.com/tetra-messenger/tetra/workload/nudge"
-	redisidx "github.com/tetra-messenger/tetra/workload/waterline/redis"
 )
 
 // newNudger builds the offline nudge's webhook sender (docs/nudge.md) when
@@ -17,8 +15,8 @@ func (s *Server) newNudger() (*nudge.Nudger, error) {
 	if ncfg.URL == "" {
 		return nil, nil
 	}
-	if ri, ok := s.index.(*redisidx.Index); ok && ncfg.Presence == nil {
-		ncfg.Presence = redisPresence{ri.Presence()}
+	if ncfg.Presence == nil {
+		ncfg.Presence = s.backends.NudgePresence // nil with the in-process index
 	}
 	ncfg.OnBatch = func(_ int, d time.Duration) { s.metrics.NudgeBatch(d.Seconds()) }
 	if ncfg.Logger == nil {
@@ -37,22 +35,4 @@ func (s *Server) nudgeSnapshot() *metrics.NudgeSnapshot {
 	st := s.nudger.Stats()
 	return &metrics.NudgeSnapshot{Queued: st.Queued, Sent: st.Sent, Failed: st.Failed, Online: st.Online,
 		Requests: st.Requests, Dropped: st.Dropped, Depth: st.Depth}
-}
-
-// redisPresence adapts the Redis index's presence to nudge.Presence.
-type redisPresence struct{ p *redisidx.Presence }
-
-func (r redisPresence) Publish(ctx context.Context, live, gone []nudge.Conn, ttl time.Duration) error {
-	conv := func(cs []nudge.Conn) []redisidx.PresenceConn {
-		out := make([]redisidx.PresenceConn, len(cs))
-		for i, c := range cs {
-			out[i] = redisidx.PresenceConn{User: c.User, ID: c.ID}
-		}
-		return out
-	}
-	return r.p.Publish(ctx, conv(live), conv(gone), ttl)
-}
-
-func (r redisPresence) Online(ctx context.Context, users []string) (map[string]bool, error) {
-	return r.p.Online(ctx, users)
 }

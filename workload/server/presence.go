@@ -13,8 +13,6 @@ import (
 	"github.com/tetra-messenger/tetra/workload/protocol"
 	"github.com/tetra-messenger/tetra/workload/text"
 	"github.com/tetra-messenger/tetra/workload/waterline"
-	"github.com/tetra-messenger/tetra/workload/waterline/memory"
-	redisidx "github.com/tetra-messenger/tetra/workload/waterline/redis"
 )
 
 // Presence (PROTOCOL.md §7.4): a user is online while it has at least one
@@ -68,15 +66,11 @@ type presenceTracker struct {
 }
 
 func newPresenceTracker(s *Server) *presenceTracker {
-	var store waterline.UserPresence = memory.NewPresence()
-	if ri, ok := s.index.(*redisidx.Index); ok {
-		store = ri.Users()
-	}
 	grace := s.cfg.PresenceGrace
 	if grace <= 0 {
 		grace = PresenceGrace
 	}
-	return &presenceTracker{s: s, store: store, grace: grace, events: make(chan presenceEvent, 1<<16), local: map[string]string{}}
+	return &presenceTracker{s: s, store: s.backends.Presence, grace: grace, events: make(chan presenceEvent, 1<<16), local: map[string]string{}}
 }
 
 // up and down are called by the session when its connection registers

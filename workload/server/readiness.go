@@ -105,13 +105,13 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 		"store": s.store.Ping,
 		"index": func(ctx context.Context) error { _, err := s.index.Stats(ctx); return err },
 	}
-	if s.kafkaLog != nil {
+	if s.relay != nil {
 		// The outbox topic's head: a metadata and a ListOffsets round trip.
 		checks["outbox"] = func(ctx context.Context) error { _, err := s.outbox.Head(ctx, 0); return err }
 	}
-	if s.prober != nil && s.commits.probeable(time.Now()) {
+	if p := s.backends.Prober; p != nil && s.commits.probeable(time.Now()) {
 		checks["commits"] = func(ctx context.Context) error {
-			if err := s.prober.ProbeWrite(ctx); err != nil {
+			if err := p.ProbeWrite(ctx); err != nil {
 				return err
 			}
 			s.commits.succeeded()

@@ -7,16 +7,13 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	goredis "github.com/redis/go-redis/v9"
-
+	"github.com/tetra-messenger/tetra/internal/slogx"
 	"github.com/tetra-messenger/tetra/workload/auth"
+	"github.com/tetra-messenger/tetra/workload/backends"
 	"github.com/tetra-messenger/tetra/workload/config"
 	"github.com/tetra-messenger/tetra/workload/delivery"
 	"github.com/tetra-messenger/tetra/workload/history"
@@ -26,11 +23,7 @@ import (
 	"github.com/tetra-messenger/tetra/workload/outbox"
 	"github.com/tetra-messenger/tetra/workload/outbox/kafka"
 	"github.com/tetra-messenger/tetra/workload/protocol"
-	"github.com/tetra-messenger/tetra/workload/store/postgres"
-	"github.com/tetra-messenger/tetra/workload/store/sqlite"
 	"github.com/tetra-messenger/tetra/workload/waterline"
-	"github.com/tetra-messenger/tetra/workload/waterline/memory"
-	redisidx "github.com/tetra-messenger/tetra/workload/waterline/redis"
 )
 
 // Config configures a Server. Start from DefaultConfig.
@@ -44,45 +37,10 @@ type Config struct {
 	// reach the API without reading the metrics. Empty (the default):
 	// /metrics is served on Addr.
 	MetricsAddr string
-	// DataDir holds the SQLite database and the persisted JWT secret of the
-	// embedded default; default "./data".
-	DataDir string
-	// Store selects history and outbox: "" or "sqlite" for SQLite in
-	// DataDir, "sqlite:///abs/path.db" for another file,
-	// "postgres://user:pass@host:5432/db" for PostgreSQL.
-	Store string
-	// Outbox selects where the outbox lives: "" keeps it in the store (one
-	// partition, written in the history transaction);
-	// "kafka://host:port[,host:port]/topic" puts it in a Kafka topic
-	// partitioned by recipient, fed from history by a relay (see
-	// docs/kafka.md and package outbox/kafka for the query parameters).
-	// The store then writes history only.
-	Outbox string
-	// Index selects the waterline index: "" or "memory" for in process,
-	// "redis://host:6379/0" (or rediss://, with a password in the URL) for
-	// Redis, "sentinel" with IndexSentinelAddrs and IndexSentinelMaster.
-	Index string
-	// IndexPrefix prefixes every Redis key; default "tetra:".
-	IndexPrefix string
-	// IndexOwner names this process in the Redis index (its clients, holds
-	// and primed flag live under it); default the hostname, which is the
-	// pod name in Kubernetes. It must be stable across restarts of the
-	// same instance, so a restart wipes what the previous run left, and
-	// unique among the processes sharing one Redis.
-	IndexOwner string
-	// IndexSentinelAddrs and IndexSentinelMaster select a Redis master
-	// through Sentinel (Index "sentinel").
-	IndexSentinelAddrs  []string
-	IndexSentinelMaster string
-	// IndexSentinelMasterURL, with Index "sentinel", is a redis:// or
-	// rediss:// URL whose user, password, database and scheme (rediss:
-	// TLS) apply to the master Sentinel names; its host serves only as the
-	// TLS server name. Empty: no credentials, database 0, no TLS. The
-	// Sentinels themselves are reached without credentials.
-	IndexSentinelMasterURL string
-	// JWTSecret signs tokens (TETRA_JWT_SECRET); empty uses the secret
-	// persisted in DataDir.
-	JWTSecret string
+	// Config names the backends (store, outbox, index, token secret,
+	// logger): DataDir, Store, Outbox, Index and its settings, JWTSecret,
+	// WrapStore and Logger, promoted; package backends opens them.
+	backends.Config
 	// Tuning is the initial live tuning; see SetTuning.
 	Tuning config.Tuning
 	// TuningDir, when set, is a directory of tuning files (one per key of
@@ -132,13 +90,6 @@ type Config struct {
 	// connection closed (PROTOCOL.md §7.4); zero means PresenceGrace (10
 	// s), the contract's value. Tests shorten it.
 	PresenceGrace time.Duration
-	// Logger defaults to slog.Default().
-	Logger *slog.Logger
-	// WrapStore, when set, wraps the history store after it is opened. It
-	// exists for fault injection in tests (for example a store that
-	// "accepts" without writing, which the load generator's
-	// reconciliation must catch); production leaves it nil.
-	WrapStore func(history.Store) history.Store
 	// Demo turns on the demo endpoints (webui.go): POST /demo/token mints
 	// tokens for DemoUsers to anyone. Allowed only on the embedded default
 	// without JWTSecret (CheckDemo); off otherwise.
@@ -152,7 +103,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		Addr:            ":8080",
-		DataDir:         "./data",
+		Config:          backends.Config{DataDir: "./data"},
 		Tuning:          config.Default(),
 		MaxConns:        20000,
 		MaxConnsPerUser: 32,
@@ -193,10 +144,7 @@ func (c *Config) validate() error {
 	if err := c.Tuning.Validate(); err != nil {
 		return fmt.Errorf("server: tuning: %w", err)
 	}
-	if c.IndexSentinelMasterURL != "" && c.Index != "sentinel" {
-		return errors.New("server: --index-sentinel-master-url applies only with --index sentinel")
-	}
-	return nil
+	return nil // the backends' settings: backends.Open checks them
 }
 
 // DefaultReadyTimeout is Config.ReadyTimeout's default.
@@ -209,18 +157,13 @@ type Server struct {
 	tuning atomic.Pointer[config.Tuning]
 	signer *auth.Signer
 
-	store      history.Store
-	outbox     outbox.Log
-	index      waterline.Index
-	closer     func() error
-	storeKind  string
-	indexKind  string
-	outboxKind string
-	// Kafka mode: the topic log, the history feed the relay follows, and
-	// the relay (built in New, started in Start, stopped in stop).
-	kafkaLog *kafka.Log
-	feed     history.Feed
-	relay    *kafka.Relay
+	backends *backends.Backends // closed by stop, or by New and Start when they fail
+	store    history.Store      // backends.Store
+	outbox   outbox.Log         // backends.Outbox
+	index    waterline.Index    // backends.Index
+	// relay feeds the Kafka outbox (built in New, started in Start,
+	// stopped in stop); nil when the outbox is the store's.
+	relay *kafka.Relay
 
 	pipeline *ingest.Pipeline
 	engine   *delivery.Engine
@@ -254,17 +197,19 @@ type Server struct {
 	stopErr  error
 
 	tuningReloads atomic.Int64
-	tuningUnknown string // the unknown tuning file names last warned about (tuning.go)
+	// Warnings that repeat per connection or per frame while the index is
+	// away, logged at most every slogx.Interval with a count.
+	warnRefused, warnAck *slogx.Sampled
+	tuningUnknown        string // the unknown tuning file names last warned about (tuning.go)
 
 	commits commitHealth // recent group-commit outcomes, for /readyz
-	// prober is the unwrapped store's write probe (nil if it has none),
-	// used by /readyz while commits fail (readiness.go).
-	prober history.WriteProber
-	health liveHealth // the index's last check (degraded.go)
+	health  liveHealth   // the index's last check (degraded.go)
 }
 
-// New opens the stores named by cfg, primes the waterline index and builds
-// the server. It does not listen; call Start.
+// New opens the backends cfg names (backends.Open) and builds the server
+// over them: the delivery engine, the accept pipeline, the Kafka relay
+// when the outbox is Kafka, the offline nudge. It does not listen; call
+// Start. On an error it has closed what it opened.
 func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -273,7 +218,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	s := &Server{cfg: cfg, log: log, perUser: map[string]int{}}
+	s := &Server{cfg: cfg, log: log, perUser: map[string]int{},
+		warnRefused: slogx.NewSampled(slogx.Interval), warnAck: slogx.NewSampled(slogx.Interval)}
 	t := cfg.Tuning
 	s.tuning.Store(&t)
 	if cfg.TuningDir != "" {
@@ -281,9 +227,11 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 			return nil, fmt.Errorf("server: tuning directory %s: %w", cfg.TuningDir, err)
 		}
 	}
-	if err := s.openStores(ctx); err != nil {
+	b, err := backends.Open(ctx, cfg.Config)
+	if err != nil {
 		return nil, err
 	}
+	s.backends, s.store, s.outbox, s.index, s.signer = b, b.Store, b.Outbox, b.Index, b.Signer
 	s.chats = newChatCache(s.store, 5*time.Second)
 	s.presence = newPresenceTracker(s)
 	s.seen = map[string]struct{}{}
@@ -298,13 +246,12 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		snap.Nudge = s.nudgeSnapshot()
 		return snap, err
 	})
-	s.metrics.SetBuildInfo(s.storeKind, s.outboxKind, s.indexKind)
+	s.metrics.SetBuildInfo(b.StoreKind, b.OutboxKind, b.IndexKind)
 	dcfg := cfg.Delivery
 	dcfg.OnDelivered = s.metrics.Delivered
 	dcfg.OnExcluded = s.chats.forget
-	var err error
 	if s.nudger, err = s.newNudger(); err != nil {
-		s.closer()
+		b.Close()
 		return nil, err
 	}
 	if s.nudger != nil {
@@ -312,18 +259,17 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	s.engine, err = delivery.New(s.outbox, s.index, s.Tuning, dcfg, log)
 	if err != nil {
-		s.closer()
+		b.Close()
 		return nil, err
 	}
-	handoff := func(rs []history.Result) { s.engine.Handoff(delivery.FromResults(rs)) }
-	if s.kafkaLog != nil {
+	handoff := func(rs []history.Result) { s.engine.Handoff(outbox.FromResults(rs)) }
+	if s.relay, err = b.NewRelay(s.engine.Handoff); err != nil {
+		b.Close()
+		return nil, err
+	}
+	if s.relay != nil {
 		// The relay hands committed records to the fast path; a commit
 		// only wakes it (its results name no outbox rows).
-		s.relay, err = kafka.NewRelay(s.kafkaLog, s.feed, kafka.RelayConfig{Handoff: s.engine.Handoff, Logger: log})
-		if err != nil {
-			s.closer()
-			return nil, err
-		}
 		handoff = func([]history.Result) { s.relay.Wake() }
 	}
 	s.pipeline, err = ingest.New(s.store, cfg.Ingest, handoff, s.broadcastReads, ingest.Hooks{
@@ -344,212 +290,10 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		},
 	}, log)
 	if err != nil {
-		s.closer()
+		b.Close()
 		return nil, err
 	}
 	return s, nil
-}
-
-func (s *Server) openStores(ctx context.Context) error {
-	store := s.cfg.Store
-	kafkaMode := s.cfg.Outbox != ""
-	if kafkaMode && !strings.HasPrefix(s.cfg.Outbox, "kafka://") {
-		return fmt.Errorf("server: --outbox %q: supported: \"\" (in the store, default) or kafka://host:port[,host:port]/topic", config.RedactURL(s.cfg.Outbox))
-	}
-	var kcfg kafka.Config
-	if kafkaMode {
-		var err error
-		if kcfg, err = kafka.ParseURL(s.cfg.Outbox); err != nil {
-			return fmt.Errorf("server: --outbox: %w", err)
-		}
-		kcfg.Logger = s.log
-	}
-	switch {
-	case store == "" || store == "sqlite" || strings.HasPrefix(store, "sqlite://"):
-		path := filepath.Join(s.cfg.DataDir, "tetra.db")
-		if strings.HasPrefix(store, "sqlite://") {
-			path = strings.TrimPrefix(store, "sqlite://")
-		}
-		unlock, err := lockDataDir(filepath.Dir(path))
-		if err != nil {
-			return err
-		}
-		scfg := sqlite.DefaultConfig(path)
-		scfg.Outbox = !kafkaMode
-		db, err := sqlite.Open(ctx, scfg)
-		if err != nil {
-			unlock()
-			return fmt.Errorf("server: open the SQLite store at %s: %w", path, err)
-		}
-		s.store, s.outbox, s.storeKind, s.feed = db, db, "sqlite", db
-		s.closer = func() error { return errors.Join(db.Close(), unlock()) }
-	case strings.HasPrefix(store, "postgres://") || strings.HasPrefix(store, "postgresql://"):
-		pcfg := postgres.DefaultConfig(store)
-		pcfg.Outbox = !kafkaMode
-		db, err := postgres.Open(ctx, pcfg)
-		if err != nil {
-			return fmt.Errorf("server: PostgreSQL store unreachable or unusable at %s: %w", config.RedactURL(store), err)
-		}
-		s.store, s.outbox, s.closer, s.storeKind, s.feed = db, db, db.Close, "postgres", db
-	default:
-		return fmt.Errorf("server: --store %q: supported: sqlite (default, in --data), sqlite:///path.db, postgres://user@host:5432/db", config.RedactURL(store))
-	}
-	s.outboxKind = s.storeKind
-	// The secret is read (or created) only now that the embedded default's
-	// data directory is locked (issue 24, point 6).
-	secret, err := auth.LoadSecret(s.cfg.JWTSecret, s.cfg.DataDir)
-	if err == nil {
-		s.signer, err = auth.NewSigner(secret)
-	}
-	if err != nil {
-		s.closer()
-		return err
-	}
-	if kafkaMode {
-		klog, err := kafka.Open(ctx, kcfg)
-		if err != nil {
-			s.closer()
-			return fmt.Errorf("server: Kafka outbox unreachable or unusable at %s: %w", kcfg.URL(), err)
-		}
-		closeDB := s.closer
-		s.outbox, s.kafkaLog, s.outboxKind = klog, klog, "kafka"
-		s.closer = func() error { return errors.Join(klog.Close(), closeDB()) }
-	}
-	closeStore := s.closer
-	switch idx := s.cfg.Index; {
-	case idx == "" || idx == "memory":
-		s.index, s.indexKind = memory.New(), "memory"
-	case strings.HasPrefix(idx, "redis://") || strings.HasPrefix(idx, "rediss://") || (idx == "sentinel" && len(s.cfg.IndexSentinelAddrs) > 0):
-		owner := s.cfg.IndexOwner
-		if owner == "" {
-			owner, _ = os.Hostname()
-		}
-		rcfg := redisidx.Config{URL: idx, Prefix: s.cfg.IndexPrefix, Owner: owner}
-		if idx == "sentinel" {
-			rcfg.URL, rcfg.SentinelAddrs, rcfg.MasterName = "", s.cfg.IndexSentinelAddrs, s.cfg.IndexSentinelMaster
-			if u := s.cfg.IndexSentinelMasterURL; u != "" {
-				opt, err := goredis.ParseURL(u)
-				if err != nil {
-					closeStore()
-					return fmt.Errorf("server: --index-sentinel-master-url %s: want redis://[user:password@]host[:port][/db] or rediss://...: %w", config.RedactURL(u), err)
-				}
-				rcfg.Username, rcfg.Password, rcfg.DB, rcfg.TLS = opt.Username, opt.Password, opt.DB, opt.TLSConfig
-			}
-		}
-		ri, err := redisidx.New(ctx, rcfg)
-		if err != nil {
-			closeStore()
-			return fmt.Errorf("server: Redis index unreachable or unusable at %s: %w", config.RedactURL(idx), err)
-		}
-		s.index, s.indexKind = ri, "redis"
-		s.closer = func() error { return errors.Join(ri.Close(), closeStore()) }
-	default:
-		closeStore()
-		return fmt.Errorf("server: --index %q: supported: memory (default), redis://host:6379/0, rediss://..., sentinel (with --index-sentinel-addrs and --index-sentinel-master)", config.RedactURL(idx))
-	}
-	fleet := s.fleetIdentity()
-	if db, ok := s.store.(*postgres.DB); ok {
-		if err := s.lockInstance(ctx, db, fleet); err != nil {
-			s.closer()
-			return err
-		}
-		if err := s.lockOwner(ctx, db); err != nil {
-			s.closer()
-			return err
-		}
-	}
-	// Recorded once no running process disagrees (lockInstance), for the
-	// next process's refusal to name what differs (issue 24, point 1).
-	if err := s.recordFleet(ctx, fleet); err != nil {
-		s.closer()
-		return err
-	}
-	s.prober, _ = s.store.(history.WriteProber)
-	if s.cfg.WrapStore != nil {
-		s.store = s.cfg.WrapStore(s.store)
-	}
-	return nil
-}
-
-// lockInstance refuses to run an in-process index next to another process
-// on the same PostgreSQL database (its GC would delete rows the other's
-// clients have not acknowledged, and theirs its own), and refuses a shared
-// index next to an in-process one; processes on a shared (Redis) index may
-// be many, as long as they are one fleet: the same Redis deployment, key
-// prefix and token secret (fleetIdentity; a process of another identity
-// than a running one's is refused). The lock is released when the store
-// closes.
-func (s *Server) lockInstance(ctx context.Context, db *postgres.DB, fleet fleetIdentity) error {
-	exclusive := s.indexKind == "memory"
-	prefix := s.cfg.IndexPrefix
-	if prefix == "" {
-		prefix = redisidx.DefaultPrefix
-	}
-	release, err := db.LockInstance(ctx, exclusive, prefix, fleet.lockName())
-	switch {
-	case errors.Is(err, postgres.ErrOtherFleet):
-		recorded, rerr := db.Fleet(ctx)
-		if rerr != nil {
-			recorded = ""
-		}
-		return s.otherFleetError(fleet, recorded)
-	case errors.Is(err, postgres.ErrOtherNamespace):
-		return fmt.Errorf("server: another tetra process uses the PostgreSQL database at %s with a different --index-prefix; every process on one database must share one Redis and one --index-prefix (%q here), or their GCs delete rows each other's clients have not acknowledged", config.RedactURL(s.cfg.Store), prefix)
-	case errors.Is(err, postgres.ErrInstanceLocked) && exclusive:
-		return fmt.Errorf("server: another tetra process already uses the PostgreSQL database at %s; with the in-process index (--index memory) a database serves one process only: stop the other one, or run every process with a shared --index redis://host:6379/0", config.RedactURL(s.cfg.Store))
-	case errors.Is(err, postgres.ErrInstanceLocked):
-		return fmt.Errorf("server: a tetra process with the in-process index (--index memory) already uses the PostgreSQL database at %s and must be the only one; stop it, or give it --index redis:// too", config.RedactURL(s.cfg.Store))
-	case err != nil:
-		return fmt.Errorf("server: PostgreSQL store at %s: %w", config.RedactURL(s.cfg.Store), err)
-	}
-	closeRest := s.closer
-	s.closer = func() error { err := closeRest(); release(); return err }
-	return nil
-}
-
-// ownerLockWait is how long lockOwner waits for the owner lock: long
-// enough for PostgreSQL to end a killed predecessor's session.
-const ownerLockWait = 3 * time.Second
-
-// lockOwner lets a process restarted in place take over at once (issue 13,
-// point 6). With a Redis index, a process's liveness record under its
-// owner name keeps a successor of the same name waiting until it lapses
-// (--owner-ttl), because a live duplicate must be refused. Every such
-// process also holds a PostgreSQL session lock on its owner name for its
-// life (postgres.DB.LockOwner): taking it proves the previous holder's
-// session is gone, so its record is taken over (redis.Index.TakeOver) and
-// the engine's start does not wait. When the lock is held (a live
-// duplicate, or a dead process whose session PostgreSQL has not ended
-// yet) nothing changes: the start waits for the record to lapse and
-// refuses a live duplicate, as before. The lock is released when the
-// store closes.
-func (s *Server) lockOwner(ctx context.Context, db *postgres.DB) error {
-	ri, ok := s.index.(*redisidx.Index)
-	if !ok {
-		return nil
-	}
-	prefix := s.cfg.IndexPrefix
-	if prefix == "" {
-		prefix = redisidx.DefaultPrefix
-	}
-	taken, release, err := db.LockOwner(ctx, prefix, ri.Owner(), ownerLockWait)
-	if err != nil {
-		return fmt.Errorf("server: PostgreSQL store at %s: %w", config.RedactURL(s.cfg.Store), err)
-	}
-	closeRest := s.closer
-	s.closer = func() error { err := closeRest(); release(); return err }
-	if !taken {
-		s.log.Info("fleet: another session holds this owner name's lock; the start waits for its liveness record to lapse", "owner", ri.Owner())
-		return nil
-	}
-	took, err := ri.TakeOver(ctx)
-	switch {
-	case err != nil:
-		s.log.Warn("fleet: could not take over the dead predecessor's owner record; the start waits for it to lapse", "owner", ri.Owner(), "err", err)
-	case took:
-		s.log.Info("fleet: the previous process of this owner name is gone (its database session ended); took its owner record over", "owner", ri.Owner())
-	}
-	return nil
 }
 
 // Tuning returns the live tuning.
@@ -593,7 +337,7 @@ func (s *Server) Start(ctx context.Context) error {
 		if s.nudger != nil {
 			s.nudger.Stop(ctx)
 		}
-		s.closer()
+		s.backends.Close()
 		return err
 	}
 	s.pipeline.Start()
@@ -656,7 +400,7 @@ func (s *Server) Start(ctx context.Context) error {
 			s.log.Error("http server stopped", "err", err)
 		}
 	}()
-	s.log.Info("tetra serving", "addr", ln.Addr().String(), "metricsAddr", s.MetricsAddr(), "store", s.storeKind, "outbox", s.outboxKind, "index", s.indexKind)
+	s.log.Info("tetra serving", "addr", ln.Addr().String(), "metricsAddr", s.MetricsAddr(), "store", s.backends.StoreKind, "outbox", s.backends.OutboxKind, "index", s.backends.IndexKind)
 	return nil
 }
 
@@ -757,7 +501,7 @@ func (s *Server) stop(ctx context.Context) error {
 		s.bgCancel()
 	}
 	s.bg.Wait()
-	if err := s.closer(); err != nil {
+	if err := s.backends.Close(); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)

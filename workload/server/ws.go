@@ -259,7 +259,7 @@ func (c *session) run(done func()) {
 		return
 	}
 	if err != nil {
-		s.log.Warn("connection refused: live delivery unavailable", "user", c.user, "err", err)
+		s.warnRefused.Warn(s.log, "connection refused: live delivery unavailable", "user", c.user, "err", err)
 		c.Close(int(websocket.StatusTryAgainLater), "live delivery unavailable, retry")
 		<-c.writerGone
 		cancel()
@@ -525,7 +525,7 @@ func (c *session) handle(ctx context.Context, data []byte) {
 	case f.Ack != nil:
 		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		if err := c.srv.engine.Ack(actx, c.member, f.Ack.MessageIDs); err != nil {
-			c.srv.log.Warn("ack not recorded", "conn", c.id, "err", err)
+			c.srv.warnAck.Warn(c.srv.log, "ack not recorded", "conn", c.id, "err", err)
 		}
 		cancel()
 	case f.Ping != nil:

@@ -16,9 +16,10 @@
 // The safe-delete line of a partition is the minimum over pins and holds;
 // rows strictly below it may be deleted. The index is a cache over the
 // durable outbox, never the truth: an unprimed index, or one whose backing
-// server changed identity (a Redis failover), must be rebuilt from a full
-// scan of the outbox before any delete (package delivery does that), and an
-// index error deletes nothing.
+// server changed identity (a Redis failover), must be rebuilt before any
+// delete (package delivery does that, from its connections' push windows:
+// Engine.Rebuild; the rows not sent yet stay pinned by the poller's hold),
+// and an index error deletes nothing.
 //
 // Implementations: ./memory (in process) and ../waterline/redis; both run the
 // conformance suite in ./waterlinetest.

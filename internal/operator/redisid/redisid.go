@@ -2,7 +2,8 @@
 // Messenger's waterline index, so the operator can tell a failover from a
 // quiet period.
 //
-// The identity is the pair (run_id, master_replid) from INFO: a restart of
+// The identity is redisinfo.Identity, the pair (run_id, master_replid) from
+// INFO, read by the same parser as the pods' waterline index: a restart of
 // the process changes run_id, the promotion of a replica changes
 // master_replid. The address is reported but never compared: behind a stable
 // Service name or a floating IP it does not change at all. With Sentinel the
@@ -21,6 +22,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/tetra-messenger/tetra/internal/redisinfo"
 )
 
 // Sentinel errors of Probe.
@@ -42,62 +45,6 @@ func DiscardClientLogs() { redis.SetLogger(discard{}) }
 type discard struct{}
 
 func (discard) Printf(context.Context, string, ...any) {}
-
-// Identity of a Redis master.
-type Identity struct {
-	RunID        string
-	MasterReplID string
-	// MasterReplID2 is INFO's master_replid2: the replication ID this
-	// server followed before it was promoted (all zeros when none). A
-	// replica promoted by Sentinel is another process (its run_id
-	// differs), so this, equal to the old master's master_replid, is what
-	// tells a promotion from a restart. Not part of the identity (Same).
-	MasterReplID2 string
-	// Addr is where INFO was read (host:port); informational only.
-	Addr string
-}
-
-// Same reports whether a and b are the same master incarnation.
-func (a Identity) Same(b Identity) bool {
-	return a.RunID == b.RunID && a.MasterReplID == b.MasterReplID
-}
-
-// PromotedFrom reports whether a is old's successor by promotion: the
-// same process with a new replication ID (REPLICAOF NO ONE; not Renewed), or a replica
-// whose previous replication ID (master_replid2) is old's master_replid, so
-// it followed old's history until it was promoted. Anything else (a new
-// process with a history of its own: a restart without persistence, another
-// server at the address) is a restart.
-func (a Identity) PromotedFrom(old Identity) bool {
-	if a.RunID == old.RunID {
-		return a.MasterReplID != old.MasterReplID && !a.Renewed(old)
-	}
-	return old.MasterReplID != "" && a.MasterReplID2 == old.MasterReplID
-}
-
-// noReplID is INFO's master_replid2 when there is no previous history.
-const noReplID = "0000000000000000000000000000000000000000"
-
-// Renewed reports whether a is old's process with a fresh replication ID
-// and no previous one: a master that had no replication backlog creates
-// one, with a new ID and master_replid2 cleared, when its first replica
-// attaches (Redis' syncCommand). Its data did not change: not a failover.
-// (A process that was a replica and was promoted in between has its old
-// ID in master_replid2, so it is not Renewed.)
-func (a Identity) Renewed(old Identity) bool {
-	return a.RunID == old.RunID && a.MasterReplID != old.MasterReplID && a.MasterReplID2 == noReplID
-}
-
-func (a Identity) String() string {
-	return fmt.Sprintf("run_id=%s master_replid=%s at %s", short(a.RunID), short(a.MasterReplID), a.Addr)
-}
-
-func short(s string) string {
-	if len(s) > 12 {
-		return s[:12]
-	}
-	return s
-}
 
 // Target says how to reach the master.
 type Target struct {
@@ -126,16 +73,16 @@ func (p Prober) timeout() time.Duration {
 
 // Probe returns the identity of the master of t. Errors wrap ErrUnreachable,
 // ErrNoMaster or ErrSeveralMasters, or report a malformed URL.
-func (p Prober) Probe(ctx context.Context, t Target) (Identity, error) {
+func (p Prober) Probe(ctx context.Context, t Target) (redisinfo.Identity, error) {
 	opt, err := redis.ParseURL(t.URL)
 	if err != nil {
-		return Identity{}, fmt.Errorf("redisid: redis URL: %w", err)
+		return redisinfo.Identity{}, fmt.Errorf("redisid: redis URL: %w", err)
 	}
 	p.apply(opt)
 	if len(t.SentinelAddrs) > 0 {
 		addr, err := p.sentinelMaster(ctx, t.SentinelAddrs, t.MasterName)
 		if err != nil {
-			return Identity{}, err
+			return redisinfo.Identity{}, err
 		}
 		opt.Addr = addr
 	}
@@ -150,18 +97,19 @@ func (p Prober) apply(opt *redis.Options) {
 	opt.DisableIdentity = true // no CLIENT SETINFO noise on old servers
 }
 
-func (p Prober) info(ctx context.Context, opt *redis.Options) (Identity, error) {
+func (p Prober) info(ctx context.Context, opt *redis.Options) (redisinfo.Identity, error) {
 	c := redis.NewClient(opt)
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(ctx, 2*p.timeout())
 	defer cancel()
 	text, err := c.Info(ctx, "server", "replication").Result()
 	if err != nil {
-		return Identity{}, fmt.Errorf("%w: INFO at %s: %v", ErrUnreachable, opt.Addr, err)
+		return redisinfo.Identity{}, fmt.Errorf("%w: INFO at %s: %v", ErrUnreachable, opt.Addr, err)
 	}
-	f := parseInfo(text)
-	id := Identity{RunID: f["run_id"], MasterReplID: f["master_replid"], MasterReplID2: f["master_replid2"], Addr: opt.Addr}
-	if role := f["role"]; role != "master" {
+	f := redisinfo.Parse(text)
+	id := f.Identity()
+	id.Addr = opt.Addr
+	if role := f.Role(); role != "master" {
 		return id, fmt.Errorf("%w: %s reports role %q", ErrNoMaster, opt.Addr, role)
 	}
 	if id.RunID == "" || id.MasterReplID == "" {
@@ -218,19 +166,4 @@ func (p Prober) sentinelMaster(ctx context.Context, addrs []string, name string)
 		return "", fmt.Errorf("%w: only %d of %d sentinels answered for %q (need %d to agree)", ErrNoMaster, n, len(addrs), name, quorum)
 	}
 	return "", fmt.Errorf("%w: sentinels know no master %q", ErrNoMaster, name)
-}
-
-// parseInfo reads the key:value lines of INFO.
-func parseInfo(text string) map[string]string {
-	out := map[string]string{}
-	for _, line := range strings.Split(text, "\n") {
-		line = strings.TrimSpace(line)
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		if k, v, ok := strings.Cut(line, ":"); ok {
-			out[k] = v
-		}
-	}
-	return out
 }

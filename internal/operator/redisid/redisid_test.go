@@ -9,9 +9,10 @@ import (
 
 	"github.com/tetra-messenger/tetra/internal/operator/redisid"
 	"github.com/tetra-messenger/tetra/internal/operator/redistest"
+	"github.com/tetra-messenger/tetra/internal/redisinfo"
 )
 
-func probe(t *testing.T, tgt redisid.Target) (redisid.Identity, error) {
+func probe(t *testing.T, tgt redisid.Target) (redisinfo.Identity, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -17,6 +17,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tetra-messenger/tetra/internal/redisinfo"
 )
 
 // Server is a running redis-server (or Sentinel).
@@ -209,10 +211,8 @@ func (s *Server) Info(field string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	for _, l := range strings.Split(text, "\n") {
-		if k, v, ok := strings.Cut(strings.TrimSpace(l), ":"); ok && k == field {
-			return v, nil
-		}
+	if v, ok := redisinfo.Parse(text)[field]; ok {
+		return v, nil
 	}
 	return "", fmt.Errorf("INFO has no %s", field)
 }

@@ -16,4 +16,11 @@
 // rows of the purged messages. A store that writes no outbox rows (Kafka
 // mode) reports no deliveries and adds nothing to its log. Each subtest asks
 // newStore for a fresh, empty store, so subtests run in parallel.
+//
+// The suite imports package outbox (which itself imports history) for
+// those checks. That is not an upward import: only the tests of the stores
+// (store/sqlite, store/postgres) and of outbox/kafka import this package,
+// all of which sit above outbox, and no production package does; the
+// stores under test implement both contracts in one transaction, and the
+// suite checks that they agree.
 package historytest

@@ -12,8 +12,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/tetra-messenger/tetra/workload/delivery"
 	"github.com/tetra-messenger/tetra/workload/history"
+	"github.com/tetra-messenger/tetra/workload/outbox"
 )
 
 // RelayConfig configures a Relay. Zero fields take the defaults.
@@ -22,7 +22,7 @@ type RelayConfig struct {
 	// transaction, after the commit, each with the records written for it
 	// (recipient, partition, offset): the delivery engine's fast path. It
 	// must not block for long.
-	Handoff func([]delivery.Committed)
+	Handoff func([]outbox.Committed)
 	// Batch is the most messages one transaction relays; default 256.
 	Batch int
 	// MaxRecords is the most records one transaction writes; default
@@ -385,7 +385,7 @@ func (r *Relay) pass(cl *kgo.Client, closeClient func()) (n int, more bool, err 
 	r.txns.Add(1)
 	r.recs.Add(int64(total))
 	if r.cfg.Handoff != nil {
-		batch := make([]delivery.Committed, len(items))
+		batch := make([]outbox.Committed, len(items))
 		i := 0
 		for j, it := range items {
 			rows := make([]history.Delivery, len(it.Members))
@@ -393,7 +393,7 @@ func (r *Relay) pass(cl *kgo.Client, closeClient func()) (n int, more bool, err 
 				rows[d] = history.Delivery{Recipient: m, Partition: recs[i].Partition, Pos: recs[i].Offset}
 				i++
 			}
-			batch[j] = delivery.Committed{Message: it.Message, Rows: rows}
+			batch[j] = outbox.Committed{Message: it.Message, Rows: rows}
 		}
 		r.cfg.Handoff(batch)
 	}

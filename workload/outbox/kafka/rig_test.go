@@ -20,7 +20,6 @@ import (
 	"github.com/oklog/ulid/v2"
 
 	"github.com/tetra-messenger/tetra/internal/testenv"
-	"github.com/tetra-messenger/tetra/workload/delivery"
 	"github.com/tetra-messenger/tetra/workload/history"
 	"github.com/tetra-messenger/tetra/workload/history/historytest"
 	"github.com/tetra-messenger/tetra/workload/outbox"
@@ -36,10 +35,10 @@ type rig struct {
 	logger *slog.Logger
 
 	mu      sync.Mutex
-	chats   map[string]string                  // sorted recipients -> chat id
-	waiters map[string]chan delivery.Committed // message id -> its handoff
-	handed  map[string][]history.Delivery      // message id -> deliveries handed off
-	onHand  func(rs []delivery.Committed)      // extra handoff (the engine), when set
+	chats   map[string]string                // sorted recipients -> chat id
+	waiters map[string]chan outbox.Committed // message id -> its handoff
+	handed  map[string][]history.Delivery    // message id -> deliveries handed off
+	onHand  func(rs []outbox.Committed)      // extra handoff (the engine), when set
 }
 
 // newRig opens a store and a log with parts partitions on seeds (a fresh
@@ -67,7 +66,7 @@ func newRig(t testing.TB, seeds []string, parts int32) *rig {
 	}
 	t.Cleanup(func() { l.Close() })
 	return &rig{t: t, db: db, log: l, seeds: seeds, topic: topic, logger: logger,
-		chats: map[string]string{}, waiters: map[string]chan delivery.Committed{}, handed: map[string][]history.Delivery{}}
+		chats: map[string]string{}, waiters: map[string]chan outbox.Committed{}, handed: map[string][]history.Delivery{}}
 }
 
 type testWriter struct{ t testing.TB }
@@ -104,7 +103,7 @@ func (r *rig) relay(edit ...func(*RelayConfig)) *Relay {
 	return rl
 }
 
-func (r *rig) handoff(rs []delivery.Committed) {
+func (r *rig) handoff(rs []outbox.Committed) {
 	r.mu.Lock()
 	for _, res := range rs {
 		id := res.Message.ID
@@ -143,15 +142,15 @@ func (r *rig) chatFor(ctx context.Context, recipients []string) (string, error) 
 
 // commit commits one message from recipients[0] to the chat of
 // recipients and returns it (history only: the relay has not seen it).
-func (r *rig) commit(ctx context.Context, recipients []string, wait bool) (history.Message, chan delivery.Committed, error) {
+func (r *rig) commit(ctx context.Context, recipients []string, wait bool) (history.Message, chan outbox.Committed, error) {
 	chatID, err := r.chatFor(ctx, recipients)
 	if err != nil {
 		return history.Message{}, nil, err
 	}
 	d := historytest.Draft(chatID, recipients[0], ulid.Make().String(), "body "+ulid.Make().String())
-	var ch chan delivery.Committed
+	var ch chan outbox.Committed
 	if wait {
-		ch = make(chan delivery.Committed, 1)
+		ch = make(chan outbox.Committed, 1)
 		r.mu.Lock()
 		r.waiters[d.ID] = ch
 		r.mu.Unlock()
@@ -192,7 +191,7 @@ func (r *rig) appendVia(rl *Relay) func(ctx context.Context, recipients []string
 			return nil, err
 		}
 		rl.Wake()
-		var res delivery.Committed
+		var res outbox.Committed
 		select {
 		case res = <-ch:
 		case <-ctx.Done():

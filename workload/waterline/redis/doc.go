@@ -94,8 +94,8 @@
 // changes run_id, a promotion changes master_replid (and the promoted
 // server's run_id), while the address may stay the same behind a Service or
 // a Sentinel. package delivery compares it with the identity recorded at
-// MarkPrimed before every GC pass and rebuilds from the outbox before
-// deleting anything when it changed; an empty server (flush, restart without
+// MarkPrimed before every GC pass and, when it changed, rebuilds from its
+// connections' windows (delivery.Engine.Rebuild) before deleting anything; an empty server (flush, restart without
 // persistence) has no primed flag and is rebuilt too. failover_test.go plays
 // both against real redis-server processes, with and without the check.
 package redis

@@ -13,6 +13,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/tetra-messenger/tetra/internal/redisinfo"
 	"github.com/tetra-messenger/tetra/workload/waterline"
 )
 
@@ -22,7 +23,7 @@ import (
 const MaxPos = 1 << 53
 
 // restoreChunk is the most entries one Restore script call carries, so that
-// a rebuild of a large outbox never blocks Redis for long.
+// a rebuild of many large windows never blocks Redis for long.
 const restoreChunk = 5000
 
 // clientJSON is a registration as stored in the owner's clients hash.
@@ -475,11 +476,13 @@ func (x *Index) MarkPrimed(ctx context.Context, identity string) error {
 	return nil
 }
 
-// Identity returns "run_id/master_replid" of the server the index talks to
-// (INFO server and INFO replication, pipelined). A restart changes run_id;
-// a promotion of a replica changes master_replid (and the promoted server's
-// run_id differs from the old master's anyway). The address is deliberately
-// not part of it: behind a stable Service or a Sentinel it may not change.
+// Identity returns the key of the server the index talks to,
+// redisinfo.Identity.Key ("run_id/master_replid" from INFO server and INFO
+// replication, pipelined, read by the parser the operator uses too). A
+// restart changes run_id; a promotion of a replica changes master_replid
+// (and the promoted server's run_id differs from the old master's anyway).
+// The address is deliberately not part of it: behind a stable Service or a
+// Sentinel it may not change.
 func (x *Index) Identity(ctx context.Context) (string, error) {
 	cctx, cancel := x.call(ctx)
 	defer cancel()
@@ -492,12 +495,11 @@ func (x *Index) Identity(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", unavailable("identity", err)
 	}
-	runID := infoFields(server.Val())["run_id"]
-	replID := infoFields(repl.Val())["master_replid"]
-	if runID == "" {
+	id := redisinfo.Parse(server.Val() + "\n" + repl.Val()).Identity()
+	if id.RunID == "" {
 		return "", errors.New("redis: identity: INFO server reports no run_id")
 	}
-	return runID + "/" + replID, nil
+	return id.Key(), nil
 }
 
 // Stats counts this owner's clients (HLEN of its clients hash) and their

@@ -13,6 +13,7 @@ import (
 	"github.com/oklog/ulid/v2"
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/tetra-messenger/tetra/internal/redisinfo"
 	"github.com/tetra-messenger/tetra/workload/config"
 	"github.com/tetra-messenger/tetra/workload/waterline"
 )
@@ -222,7 +223,7 @@ func New(ctx context.Context, cfg Config) (*Index, error) {
 // claim keys (see doc.go), so noeviction and the volatile-* policies are
 // safe for the pins.
 func checkEviction(info string) error {
-	f := infoFields(info)
+	f := redisinfo.Parse(info)
 	policy := f["maxmemory_policy"]
 	if maxmem, _ := strconv.ParseInt(f["maxmemory"], 10, 64); maxmem > 0 && strings.HasPrefix(policy, "allkeys-") {
 		return fmt.Errorf("maxmemory-policy %s may evict the index's keys and make GC over-delete; use noeviction or a volatile-* policy (or a dedicated Redis)", policy)
@@ -287,18 +288,3 @@ func (x *Index) kHoldExp(part int32) string { return x.cfg.Prefix + "holdexp:" +
 func (x *Index) kOwners() string            { return x.cfg.Prefix + "owners" }
 
 func itoa32(p int32) string { return strconv.FormatInt(int64(p), 10) }
-
-// infoFields parses INFO output into its key:value fields.
-func infoFields(info string) map[string]string {
-	out := map[string]string{}
-	for line := range strings.SplitSeq(info, "\n") {
-		line = strings.TrimSpace(line)
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		if k, v, ok := strings.Cut(line, ":"); ok {
-			out[k] = v
-		}
-	}
-	return out
-}

@@ -170,7 +170,9 @@ return redis.call('HLEN', KEYS[2])
 `)
 
 // identityLua computes the server's identity exactly as Index.Identity
-// does ("run_id/master_replid" from INFO), inside a script.
+// does (redisinfo.Identity.Key, "run_id/master_replid" from INFO), inside a
+// script: were the two to differ, safeLineScript would refuse every pass
+// with NOTPRIMED, and this package's SafeLine tests would fail.
 const identityLua = `
 local function infoField(section, name)
   return string.match(redis.call('INFO', section), name .. ':(%w+)') or ''

@@ -1,4 +1,4 @@
-package server
+package backends
 
 import (
 	"context"
@@ -32,14 +32,11 @@ type fleetIdentity struct {
 
 // fleetIdentity returns this process's identity; call it once the index
 // and the signer exist.
-func (s *Server) fleetIdentity() fleetIdentity {
-	id := fleetIdentity{Redis: "in-process", JWT: s.signer.Fingerprint()}
-	if ri, ok := s.index.(*redisidx.Index); ok {
+func (b *Backends) fleetIdentity() fleetIdentity {
+	id := fleetIdentity{Redis: "in-process", JWT: b.Signer.Fingerprint()}
+	if ri, ok := b.Index.(*redisidx.Index); ok {
 		id.Redis = ri.Deployment()
-		id.Prefix = s.cfg.IndexPrefix
-		if id.Prefix == "" {
-			id.Prefix = redisidx.DefaultPrefix
-		}
+		id.Prefix = b.cfg.prefix()
 	}
 	return id
 }
@@ -80,8 +77,8 @@ func (f fleetIdentity) differences(other fleetIdentity) []string {
 // running fleet's, naming what differs and how to fix it; recorded is the
 // store's record ("" or unreadable: the other fleet's processes are
 // starting too, and nothing can be named).
-func (s *Server) otherFleetError(mine fleetIdentity, recorded string) error {
-	where := config.RedactURL(s.cfg.Store)
+func (b *Backends) otherFleetError(mine fleetIdentity, recorded string) error {
+	where := config.RedactURL(b.cfg.Store)
 	fix := "every process on one database must use the same Redis (--index), the same --index-prefix and the same TETRA_JWT_SECRET: give this process the fleet's, or stop every process of the fleet first to move it (the record follows the first process to start on a database nobody uses)"
 	other, ok := parseFleetIdentity(recorded)
 	if d := mine.differences(other); ok && len(d) > 0 {
@@ -93,8 +90,8 @@ func (s *Server) otherFleetError(mine fleetIdentity, recorded string) error {
 // recordFleet writes this process's identity to the store once it may run
 // (no running process disagrees), logging when it replaces another fleet's
 // (every process of which has stopped: a move to another Redis or secret).
-func (s *Server) recordFleet(ctx context.Context, mine fleetIdentity) error {
-	fr, ok := s.store.(history.FleetRecorder)
+func (b *Backends) recordFleet(ctx context.Context, mine fleetIdentity) error {
+	fr, ok := b.Store.(history.FleetRecorder)
 	if !ok {
 		return nil
 	}
@@ -106,7 +103,7 @@ func (s *Server) recordFleet(ctx context.Context, mine fleetIdentity) error {
 		return nil
 	}
 	if prev, ok := parseFleetIdentity(old); ok {
-		s.log.Warn("fleet: the database's fleet identity changes (no process of the old one is running)",
+		b.log.Warn("fleet: the database's fleet identity changes (no process of the old one is running)",
 			"was", prev.String(), "now", mine.String(), "differences", strings.Join(mine.differences(prev), "; "))
 	}
 	if err := fr.SetFleet(ctx, mine.String()); err != nil {

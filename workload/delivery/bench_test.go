@@ -41,7 +41,7 @@ func BenchmarkFanout500(b *testing.B) {
 			b.Fatal(err, res[0].Err)
 		}
 		b.StartTimer()
-		r.e.deliverFast(fastItemsFor(r.e, res))
+		r.e.fastPath.deliver(fastItemsFor(r.e, res))
 	}
 	b.StopTimer()
 	if conns[1].count() == 0 {

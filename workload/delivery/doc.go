@@ -3,20 +3,25 @@
 // clients that stop acknowledging, and reclaims the outbox below the Tetris
 // waterline. docs/design.md explains every mechanism and default.
 //
-// Where things live:
+// Where things live. The Engine keeps the registry, the index and the lock
+// that a rebuild takes exclusively, the partitions and the counters; each
+// loop is a type of its own that owns its state and reaches the rest
+// through its engine:
 //
-//	engine.go    Engine: configuration, Start/Stop, Register, Ack, Withdraw, Stats
+//	engine.go    Engine: configuration, New, Start/Stop, Register, Ack, Withdraw, Broadcast, Stats
 //	registry.go  the registered connections, by id and by (user, device)
 //	member.go    one connection: its push window, horizon and backlog marks
-//	fastpath.go  the hand-off after commit (Committed) and the fast-path workers
+//	fastpath.go  the hand-off after commit (Committed, Handoff) and fastPath: its workers and queues
 //	cover.go     the commits the fast path delivered whole, which the poller's scan passes unread
-//	poller.go    re-delivery, the catch-up behind full windows, the forward scan, the hold
-//	exclude.go   a member removed: its rows still on their way stop at once (Exclude)
-//	nudge.go     the offline nudges handed to Config.Nudges (NudgeSink)
+//	send.go      recording sends in the index and queueing their frames (both paths)
+//	poller.go    poller: re-delivery, the catch-up behind full windows, the forward scan, the hold
+//	ackbatch.go  ackBatcher: acknowledgements recorded together (Config.AckWait)
 //	reapers.go   the three reapers' policies and passes
-//	gc.go        the waterline GC (collector)
+//	gc.go        collector: the waterline GC and the priming check
 //	rebuild.go   rebuilding the index from the connections' windows
-//	fleet.go     several processes sharing one index
+//	fleet.go     fleetLink: several processes sharing one index
+//	exclude.go   a member's removal stops its live delivery (Exclude), BroadcastNow/From
+//	nudge.go     the offline and withdrawn nudges (Config.Nudges)
 //
 // Two paths reach a socket. The fast path takes the accept pipeline's
 // hand-off right after commit and writes to the recipients' connections

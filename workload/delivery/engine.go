@@ -118,7 +118,10 @@ type Stats struct {
 	OwnersReaped    int64            `json:"ownersReaped"`    // dead processes whose index state this one reaped
 }
 
-// Engine is the live delivery engine.
+// Engine is the live delivery engine. It keeps the registered connections,
+// the waterline index and its lock, and the counters; the fast path, the
+// poller, the GC, the ack batcher and the fleet link are its parts, each a
+// type with its own state (doc.go lists where each lives).
 type Engine struct {
 	cfg    Config
 	tuning func() config.Tuning
@@ -135,26 +138,17 @@ type Engine struct {
 	idxMu sync.RWMutex
 
 	partitions []int32
-	scanPos    map[int32]*atomic.Int64
 	gc         *collector  // the waterline GC (gc.go)
 	ackQ       *ackBatcher // nil: each Ack records itself (ackbatch.go)
+	fastPath   *fastPath   // the hand-off after commit (fastpath.go)
+	poller     *poller     // re-delivery, catch-up and the forward scan (poller.go)
 	// warnSend logs the index's refusals of sends at most every
 	// slogx.Interval: while Redis is away every send fails.
 	warnSend *slogx.Sampled
-	cover    *coverage // commits the fast path delivered whole (cover.go)
 
-	// fastQ has one queue per worker; a connection's items always go to
-	// the same worker, so each connection sees commit order.
-	fastQ    []chan fastItem
-	pollWake chan struct{}
-
-	nextShard atomic.Uint64
-
-	// The fleet (see fleet.go); nil fleet for an in-process index.
-	fleet   waterline.Fleet
-	wakeOut chan struct{}
-	castOut chan fleetCast
-	beatNow chan struct{}
+	// link is the link to the other processes sharing the index
+	// (fleet.go), set by Start; nil for an index that is not shared.
+	link *fleetLink
 
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
@@ -205,17 +199,12 @@ func New(log outbox.Log, idx waterline.Index, tuning func() config.Tuning, cfg C
 	cfg = cfg.withDefaults()
 	e := &Engine{
 		cfg: cfg, tuning: tuning, outbox: log, idx: idx, logger: logger, now: time.Now,
-		reg:      newRegistry(),
-		scanPos:  map[int32]*atomic.Int64{},
-		cover:    newCoverage(),
-		fastQ:    makeQueues(cfg.Concurrency, cfg.FastQueue),
-		pollWake: make(chan struct{}, 1),
-		wakeOut:  make(chan struct{}, 1),
-		castOut:  make(chan fleetCast, 1024),
-		beatNow:  make(chan struct{}, 1),
-		stats:    Stats{Withdrawals: map[string]int64{}, Rebuilds: map[string]int64{}, SafeLine: map[int32]int64{}},
+		reg:   newRegistry(),
+		stats: Stats{Withdrawals: map[string]int64{}, Rebuilds: map[string]int64{}, SafeLine: map[int32]int64{}},
 	}
 	e.gc = newCollector(e)
+	e.fastPath = newFastPath(e, cfg.Concurrency, cfg.FastQueue)
+	e.poller = newPoller(e, e.fastPath.cover)
 	e.warnSend = slogx.NewSampled(slogx.Interval)
 	if many, ok := idx.(waterline.ManyAcker); ok && e.cfg.AckWait > 0 {
 		e.ackQ = newAckBatcher(e, many, e.cfg.AckWait)
@@ -234,7 +223,7 @@ func (e *Engine) Start(ctx context.Context) error {
 		return fmt.Errorf("delivery: list outbox partitions: %w", err)
 	}
 	e.partitions = parts
-	if err := e.startFleet(ctx); err != nil {
+	if e.link, err = startFleetLink(ctx, e); err != nil {
 		return fmt.Errorf("delivery: heartbeat in the shared index: %w", err)
 	}
 	rctx, cancel := context.WithCancel(context.Background())
@@ -244,19 +233,14 @@ func (e *Engine) Start(ctx context.Context) error {
 		e.wg.Wait()
 		return err
 	}
-	if e.fleet != nil {
+	if e.link != nil {
 		// Heartbeat from now on: a long rebuild must not make this process
 		// look dead to the others.
 		e.wg.Add(1)
-		go e.heartbeatLoop(rctx)
+		go e.link.heartbeatLoop(rctx)
 	}
-	for _, p := range parts {
-		v := &atomic.Int64{}
-		v.Store(-1)
-		e.scanPos[p] = v
-		if err := e.idx.Hold(ctx, e.cfg.Holder, p, 0, e.cfg.HoldTTL); err != nil {
-			return fail(fmt.Errorf("delivery: hold the outbox for the poller: %w", err))
-		}
+	if err := e.poller.holdAll(ctx, parts); err != nil {
+		return fail(fmt.Errorf("delivery: hold the outbox for the poller: %w", err))
 	}
 	// The cold-state wipe: whatever this process's owner left in the index
 	// (a previous run that crashed) is reset before the first delete; the
@@ -264,19 +248,18 @@ func (e *Engine) Start(ctx context.Context) error {
 	if err := e.Rebuild(ctx, RebuildColdStart); err != nil {
 		return fail(err)
 	}
-	if err := e.runFleet(rctx); err != nil {
-		return fail(fmt.Errorf("delivery: subscribe to the fleet channel: %w", err))
+	if e.link != nil {
+		if err := e.link.run(rctx); err != nil {
+			return fail(fmt.Errorf("delivery: subscribe to the fleet channel: %w", err))
+		}
 	}
-	for i := 0; i < e.cfg.Concurrency; i++ {
-		e.wg.Add(1)
-		go e.fastWorker(rctx, e.fastQ[i])
-	}
+	e.fastPath.start(rctx)
 	if e.ackQ != nil {
 		e.wg.Add(1)
 		go e.ackQ.loop(rctx)
 	}
 	e.wg.Add(3)
-	go e.pollLoop(rctx)
+	go e.poller.loop(rctx)
 	go e.gc.loop(rctx)
 	go e.idleLoop(rctx)
 	return nil
@@ -301,7 +284,7 @@ func (e *Engine) Stop(ctx context.Context) {
 	for _, p := range e.partitions {
 		_ = e.idx.Hold(ctx, e.cfg.Holder, p, -1, e.cfg.HoldTTL)
 	}
-	e.stopFleet(ctx)
+	e.link.stop(ctx)
 }
 
 // CloseAll closes every registered connection with code and withdraws it.
@@ -324,8 +307,8 @@ func (e *Engine) ctx() (context.Context, context.CancelFunc) {
 // the hello frame before calling Register.
 func (e *Engine) Register(ctx context.Context, c Conn) (*Member, error) {
 	var epoch int64
-	if e.fleet != nil {
-		cl, err := e.fleet.Claim(ctx, c.User(), c.Device(), c.ID())
+	if e.link != nil {
+		cl, err := e.link.fleet.Claim(ctx, c.User(), c.Device(), c.ID())
 		if err != nil {
 			return nil, fmt.Errorf("delivery: claim the device in the shared index: %w", err)
 		}
@@ -342,7 +325,7 @@ func (e *Engine) Register(ctx context.Context, c Conn) (*Member, error) {
 		shed:        map[int32]int64{},
 		behind:      map[int32]time.Time{},
 		out:         map[string]*outstanding{},
-		shard:       int(e.nextShard.Add(1) % uint64(len(e.fastQ))),
+		shard:       e.fastPath.shard(),
 	}
 	m.lastSeen.Store(now.UnixNano())
 	for _, p := range e.partitions {
@@ -387,11 +370,11 @@ func (e *Engine) Register(ctx context.Context, c Conn) (*Member, error) {
 		m.horizon[p] = h
 	}
 	m.mu.Unlock()
-	if e.fleet != nil {
+	if e.link != nil {
 		// A claim by another process that was announced before this member
 		// was in the registry found nothing to close; the stored epoch
 		// tells. A claim announced later finds the member (onClaim).
-		latest, err := e.fleet.LatestEpoch(ctx, client.User, client.Device)
+		latest, err := e.link.fleet.LatestEpoch(ctx, client.User, client.Device)
 		if err == nil && latest > epoch {
 			e.withdraw(m, protocol.CloseSuperseded, "superseded by a newer connection of the same device", ReasonSuperseded)
 		}
@@ -489,7 +472,7 @@ func (e *Engine) Ack(ctx context.Context, m *Member, ids []string) error {
 	}
 	m.mu.Unlock()
 	if freed && waiting {
-		e.wakePoller()
+		e.poller.wakeUp()
 	}
 	e.acks.Add(int64(len(ids)))
 	if e.ackQ != nil {
@@ -512,7 +495,7 @@ func (e *Engine) Ack(ctx context.Context, m *Member, ids []string) error {
 // this process and, with a shared index, on the other processes of the
 // fleet (best effort).
 func (e *Engine) Broadcast(users []string, frame []byte, skip *Member) {
-	e.publishBroadcast(users, frame)
+	e.link.publishBroadcast(users, frame)
 	e.broadcastHere(users, frame, skip)
 }
 
@@ -549,7 +532,7 @@ func (e *Engine) Stats() Stats {
 	s.Acks = e.acks.Load()
 	s.EnqueueFailures = e.enqF.Load()
 	s.Deferred = e.deferred.Load()
-	s.ScanSkipped = e.cover.skipped.Load()
+	s.ScanSkipped = e.fastPath.cover.skipped.Load()
 	s.Behind = e.reg.laggingCount()
 	return s
 }

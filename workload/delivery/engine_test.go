@@ -138,8 +138,8 @@ func newRigOn(t testing.TB, db *sqlite.DB, mutate func(*config.Tuning)) *rig {
 	}
 	e.partitions = parts
 	for _, p := range parts {
-		e.scanPos[p] = new(atomic.Int64)
-		e.scanPos[p].Store(-1)
+		e.poller.scanPos[p] = new(atomic.Int64)
+		e.poller.scanPos[p].Store(-1)
 		if err := r.idx.Hold(ctx, e.cfg.Holder, p, 0, time.Hour); err != nil {
 			t.Fatal(err)
 		}
@@ -414,9 +414,9 @@ func TestFastPathAndPollerNeverBothDeliver(t *testing.T) {
 	bob := newConn("bob", "phone")
 	r.register(bob)
 	res := r.commit(5)
-	r.e.deliverFast(fastItemsFor(r.e, res))
+	r.e.fastPath.deliver(fastItemsFor(r.e, res))
 	r.e.PollOnce(context.Background())
-	r.e.deliverFast(fastItemsFor(r.e, res)) // late fast-path items
+	r.e.fastPath.deliver(fastItemsFor(r.e, res)) // late fast-path items
 	if got := bob.count(); got != 5 {
 		t.Fatalf("bob got %d frames, want exactly 5", got)
 	}
@@ -657,7 +657,7 @@ func TestPushWindowPacesABurst(t *testing.T) {
 	m := r.register(bob)
 	res := r.commit(30)
 	ctx := context.Background()
-	r.e.deliverFast(fastItemsFor(r.e, res)) // the whole burst at once
+	r.e.fastPath.deliver(fastItemsFor(r.e, res)) // the whole burst at once
 	seen := 0
 	for round := 0; seen < 30; round++ {
 		if round > 40 {

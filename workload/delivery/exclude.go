@@ -43,10 +43,10 @@ type exclusion struct {
 // a removed user gets 403.
 func (e *Engine) Exclude(ctx context.Context, user, chatID string, cutoff int64) error {
 	var err error
-	if e.fleet != nil {
+	if e.link != nil {
 		payload, _ := json.Marshal(exclusion{User: user, Chat: chatID, Cutoff: cutoff})
 		cctx, cancel := context.WithTimeout(ctx, e.cfg.StoreTimeout)
-		if perr := e.fleet.Broadcast(cctx, []string{user}, append([]byte(controlPrefix), payload...)); perr != nil {
+		if perr := e.link.fleet.Broadcast(cctx, []string{user}, append([]byte(controlPrefix), payload...)); perr != nil {
 			err = fmt.Errorf("delivery: publish an exclusion to the fleet: %w", perr)
 		}
 		cancel()
@@ -61,9 +61,9 @@ func (e *Engine) Exclude(ctx context.Context, user, chatID string, cutoff int64)
 // calls, after its earlier Exclude calls. Used for chat events.
 func (e *Engine) BroadcastNow(ctx context.Context, users []string, frame []byte) error {
 	var err error
-	if e.fleet != nil {
+	if e.link != nil {
 		cctx, cancel := context.WithTimeout(ctx, e.cfg.StoreTimeout)
-		if perr := e.fleet.Broadcast(cctx, users, frame); perr != nil {
+		if perr := e.link.fleet.Broadcast(cctx, users, frame); perr != nil {
 			err = fmt.Errorf("delivery: publish a broadcast to the fleet: %w", perr)
 		}
 		cancel()
@@ -77,7 +77,7 @@ func (e *Engine) BroadcastNow(ctx context.Context, users []string, frame []byte)
 // the reader's other devices, not back to the reading one). Another
 // process has no connection of that device (one session per device).
 func (e *Engine) BroadcastFrom(users []string, frame []byte, user, device string) {
-	e.publishBroadcast(users, frame)
+	e.link.publishBroadcast(users, frame)
 	e.broadcastHere(users, frame, e.reg.device(user, device))
 }
 
@@ -135,7 +135,7 @@ func (e *Engine) excludeHere(ctx context.Context, x exclusion) {
 			e.logger.Debug("exclude: drop entries from the index", "conn", m.client.ID, "err", err)
 		}
 		if waiting {
-			e.wakePoller()
+			e.poller.wakeUp()
 		}
 	}
 	if e.cfg.OnExcluded != nil {

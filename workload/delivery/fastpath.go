@@ -2,8 +2,7 @@ package delivery
 
 import (
 	"context"
-	"errors"
-	"time"
+	"sync/atomic"
 
 	"github.com/tetra-messenger/tetra/workload/history"
 	"github.com/tetra-messenger/tetra/workload/outbox"
@@ -26,8 +25,61 @@ type Committed = outbox.Committed
 // other processes of a fleet, and hands the recipients with no connection
 // on this process to the nudge sink (Config.Nudges).
 func (e *Engine) Handoff(batch []Committed) {
+	e.fastPath.handoff(batch)
+	if e.cfg.Nudges != nil {
+		if ns := e.offlineNudges(batch); len(ns) > 0 {
+			e.cfg.Nudges.Nudge(ns)
+		}
+	}
+	if len(batch) > 0 {
+		e.link.publishWake()
+	}
+}
+
+// fastPath is the hand-off after commit: Handoff puts one item per
+// (row, connection) on the queue of the connection's worker, and a pool of
+// workers sends them, recording each commit's coverage (cover.go) so the
+// poller can pass what they delivered whole. It owns its queues and the
+// coverage; it reaches the registry, the tuning, the sends (send.go), the
+// poller's wake-up and the counters through its engine.
+type fastPath struct {
+	e *Engine
+	// queues has one queue per worker; a connection's items always go to
+	// the same worker (Member.shard), so each connection sees commit
+	// order.
+	queues    []chan fastItem
+	cover     *coverage // commits the fast path delivered whole (cover.go)
+	nextShard atomic.Uint64
+}
+
+// newFastPath builds the fast path of e with one queue per worker, each
+// of total/workers items (at least one).
+func newFastPath(e *Engine, workers, total int) *fastPath {
+	qs := make([]chan fastItem, workers)
+	per := max(1, total/workers)
+	for i := range qs {
+		qs[i] = make(chan fastItem, per)
+	}
+	return &fastPath{e: e, queues: qs, cover: newCoverage()}
+}
+
+// shard picks the worker of a new connection, round robin.
+func (f *fastPath) shard() int { return int(f.nextShard.Add(1) % uint64(len(f.queues))) }
+
+// start runs one goroutine per worker until ctx ends.
+func (f *fastPath) start(ctx context.Context) {
+	for _, q := range f.queues {
+		f.e.wg.Add(1)
+		go f.worker(ctx, q)
+	}
+}
+
+// handoff queues batch's items on the workers' queues; what does not fit
+// is shed to the poller (woken once).
+func (f *fastPath) handoff(batch []Committed) {
+	e := f.e
 	shed := false
-	covs := e.coverBatch(batch)
+	covs := f.coverBatch(batch)
 	var ms []*Member
 	for i := range batch {
 		c := &batch[i]
@@ -45,7 +97,7 @@ func (e *Engine) Handoff(batch []Committed) {
 					cov.pending.Add(1)
 				}
 				select {
-				case e.fastQ[m.shard] <- it:
+				case f.queues[m.shard] <- it:
 				default:
 					m.mu.Lock()
 					if cur, ok := m.shed[d.Partition]; !ok || d.Pos < cur {
@@ -66,21 +118,13 @@ func (e *Engine) Handoff(batch []Committed) {
 		cov.sealed.Store(true)
 	}
 	if shed {
-		e.wakePoller()
-	}
-	if e.cfg.Nudges != nil {
-		if ns := e.offlineNudges(batch); len(ns) > 0 {
-			e.cfg.Nudges.Nudge(ns)
-		}
-	}
-	if len(batch) > 0 {
-		e.publishWake()
+		e.poller.wakeUp()
 	}
 }
 
 // coverBatch records the batch's rows per partition as commit ranges
 // (cover.go); a partition whose rows are not one contiguous run gets none.
-func (e *Engine) coverBatch(batch []Committed) map[int32]*coverRange {
+func (f *fastPath) coverBatch(batch []Committed) map[int32]*coverRange {
 	var byPart map[int32][]int64
 	for i := range batch {
 		for _, d := range batch[i].Rows {
@@ -92,7 +136,7 @@ func (e *Engine) coverBatch(batch []Committed) map[int32]*coverRange {
 	}
 	covs := make(map[int32]*coverRange, len(byPart))
 	for p, positions := range byPart {
-		if r := e.cover.add(p, positions); r != nil {
+		if r := f.cover.add(p, positions); r != nil {
 			covs[p] = r
 		}
 	}
@@ -121,17 +165,10 @@ func WireMessage(m history.Message, typ string) protocol.Message {
 	return w
 }
 
-func makeQueues(n, total int) []chan fastItem {
-	qs := make([]chan fastItem, n)
-	per := max(1, total/n)
-	for i := range qs {
-		qs[i] = make(chan fastItem, per)
-	}
-	return qs
-}
-
-func (e *Engine) fastWorker(ctx context.Context, q chan fastItem) {
-	defer e.wg.Done()
+// worker sends the items of q, in batches of what is queued (up to 64),
+// until ctx ends.
+func (f *fastPath) worker(ctx context.Context, q chan fastItem) {
+	defer f.e.wg.Done()
 	batch := make([]fastItem, 0, 64)
 	for {
 		select {
@@ -148,12 +185,18 @@ func (e *Engine) fastWorker(ctx context.Context, q chan fastItem) {
 					break drain
 				}
 			}
-			e.deliverFast(batch)
+			f.deliver(batch)
 		}
 	}
 }
 
-func (e *Engine) deliverFast(batch []fastItem) {
+// deliver sends batch's items to their connections, each unless the
+// poller examined its row already or owns it (the connection is behind,
+// shedding, or registering: the coverage is marked dirty), the fast path
+// sent it before, or the connection was excluded from its chat; an item
+// whose window is full is left to the poller.
+func (f *fastPath) deliver(batch []fastItem) {
+	e := f.e
 	window := e.tuning().MaxPending
 	byMember := map[*Member][]item{}
 	// The items' commit ranges are told the items are handled once their
@@ -219,133 +262,5 @@ func (e *Engine) deliverFast(batch []fastItem) {
 	e.fast.Add(int64(e.sendMany(byMember)))
 	for _, items := range byMember {
 		e.observe("fast", items)
-	}
-}
-
-// send sends items, whose window slots the caller reserved (or which are
-// outstanding already, for a re-delivery), to m: it records them in the
-// index with a lease (Sent), counts an attempt and queues their frames on
-// the socket. It returns how many were queued.
-//
-// The connection's own record (Member.out) is what re-delivery and a
-// rebuild go by, so a send the index refused is still delivered: when the
-// index lost the registration (a flush, a failover) the next rebuild puts
-// the entries back; when Redis is unreachable GC deletes nothing until it
-// is back.
-func (e *Engine) send(m *Member, items []item) int {
-	if len(items) == 0 {
-		return 0
-	}
-	t := e.tuning()
-	lease := e.now().Add(t.Lease)
-	ctx, cancel := e.ctx()
-	e.idxMu.RLock()
-	_, err := e.idx.Sent(ctx, m.client.ID, entriesOf(items), lease)
-	e.idxMu.RUnlock()
-	cancel()
-	if !e.recorded(m, err) {
-		return 0
-	}
-	return e.queueSent(m, items, lease)
-}
-
-// sendMany is send for several members at once: with an index that can
-// (waterline.ManySender, Redis) their entries are recorded in one round
-// trip, not one per member; then each member's frames are queued as send
-// queues them. It returns how many frames were queued.
-func (e *Engine) sendMany(byMember map[*Member][]item) int {
-	ms, ok := e.idx.(waterline.ManySender)
-	if !ok || len(byMember) < 2 {
-		n := 0
-		for m, items := range byMember {
-			n += e.send(m, items)
-		}
-		return n
-	}
-	members := make([]*Member, 0, len(byMember))
-	batches := make([]waterline.SentBatch, 0, len(byMember))
-	for m, items := range byMember {
-		members = append(members, m)
-		batches = append(batches, waterline.SentBatch{ClientID: m.client.ID, Entries: entriesOf(items)})
-	}
-	lease := e.now().Add(e.tuning().Lease)
-	ctx, cancel := e.ctx()
-	e.idxMu.RLock()
-	errs := ms.SentMany(ctx, batches, lease)
-	e.idxMu.RUnlock()
-	cancel()
-	n := 0
-	for k, m := range members {
-		if e.recorded(m, errs[k]) {
-			n += e.queueSent(m, byMember[m], lease)
-		}
-	}
-	return n
-}
-
-func entriesOf(items []item) []waterline.Entry {
-	entries := make([]waterline.Entry, len(items))
-	for i, it := range items {
-		entries[i] = it.entry
-	}
-	return entries
-}
-
-// recorded handles the index's answer to recording a send to m: false
-// when m was withdrawn meanwhile (nothing to send). A send the index
-// refused otherwise is still delivered (see send).
-func (e *Engine) recorded(m *Member, err error) bool {
-	switch {
-	case errors.Is(err, waterline.ErrUnknownClient):
-		if !e.Registered(m) {
-			return false // withdrawn meanwhile
-		}
-		// The index lost this registration: a flush or a failover that
-		// the next GC pass rebuilds from, or, in a shared index, another
-		// process reaped this one (the heartbeat tells).
-		if e.fleet != nil {
-			e.checkReaped()
-		}
-	case err != nil:
-		e.warnSend.Warn(e.logger, "waterline index refused a send; delivering (the connection's window keeps it for re-delivery)", "conn", m.client.ID, "err", err)
-	}
-	return true
-}
-
-// queueSent counts an attempt of each item still outstanding, with lease,
-// and queues its frame on m's socket. It returns how many were queued.
-func (e *Engine) queueSent(m *Member, items []item, lease time.Time) int {
-	frames := make([][]byte, 0, len(items))
-	m.mu.Lock()
-	for _, it := range items {
-		o := m.out[it.entry.MessageID]
-		if o == nil {
-			continue // acknowledged meanwhile (a re-send crossing an ack)
-		}
-		o.attempts++
-		o.leaseUntil = lease
-		frames = append(frames, o.frame)
-	}
-	m.mu.Unlock()
-	n := 0
-	for _, f := range frames {
-		if m.conn.Enqueue(f) {
-			n++
-		} else {
-			e.enqF.Add(1)
-		}
-	}
-	return n
-}
-
-func (e *Engine) observe(path string, items []item) {
-	if e.cfg.OnDelivered == nil {
-		return
-	}
-	now := e.now()
-	for _, it := range items {
-		if !it.sentAt.IsZero() {
-			e.cfg.OnDelivered(path, now.Sub(it.sentAt))
-		}
 	}
 }

@@ -41,12 +41,33 @@ const ReasonOwnerLapsed = "owner-lapsed"
 //     (Fleet.IdentityAge), so that after a failover every live owner had a
 //     heartbeat to list itself again.
 
-func (e *Engine) startFleet(ctx context.Context) error {
+// fleetLink is this process's link to the others sharing its index: the
+// liveness record and its heartbeat, the subscription to their claims,
+// wake-ups and broadcasts, and the publishing of this process's own. It
+// owns the publish queues and the heartbeat's wake-up; it reaches the
+// registry, the withdrawals, the poller's wake-up and the counters through
+// its engine. The engine has none (nil) when its index is not shared; the
+// methods the delivery path calls are no-ops on nil.
+type fleetLink struct {
+	e     *Engine
+	fleet waterline.Fleet
+	// wakeOut and castOut queue this process's wake-ups (coalescing) and
+	// broadcasts for the wake loop, which publishes them.
+	wakeOut chan struct{}
+	castOut chan fleetCast
+	// beatNow asks the heartbeat loop for a heartbeat now (checkReaped).
+	beatNow chan struct{}
+}
+
+// startFleetLink takes this process's liveness record in e's index when
+// the index is shared (waterline.Fleet) and binds its key prefix to e's
+// outbox; it returns nil (and no error) for an index that is not shared.
+func startFleetLink(ctx context.Context, e *Engine) (*fleetLink, error) {
 	f, ok := e.idx.(waterline.Fleet)
 	if !ok {
-		return nil
+		return nil, nil
 	}
-	e.fleet = f
+	l := &fleetLink{e: e, fleet: f, wakeOut: make(chan struct{}, 1), castOut: make(chan fleetCast, 1024), beatNow: make(chan struct{}, 1)}
 	// Take the owner's liveness record. Held by another token: either a
 	// crashed predecessor under the same name (its record expires within
 	// OwnerTTL) or another live process with the same --index-owner (it
@@ -57,13 +78,16 @@ func (e *Engine) startFleet(ctx context.Context) error {
 	for {
 		held, err := f.Acquire(ctx, e.cfg.OwnerTTL)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if held {
-			return e.bindOutbox(ctx, f)
+			if err := l.bindOutbox(ctx); err != nil {
+				return nil, err
+			}
+			return l, nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("another live process uses index owner %q (its heartbeat stayed fresh for %v): give every process its own --index-owner: %w",
+			return nil, fmt.Errorf("another live process uses index owner %q (its heartbeat stayed fresh for %v): give every process its own --index-owner: %w",
 				f.Owner(), e.cfg.OwnerTTL, waterline.ErrOwnerTaken)
 		}
 		if !waited {
@@ -72,42 +96,41 @@ func (e *Engine) startFleet(ctx context.Context) error {
 		}
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return nil, ctx.Err()
 		case <-time.After(max(e.cfg.OwnerTTL/10, 50*time.Millisecond)):
 		}
 	}
 }
 
-// stopFleet releases this owner's liveness record (a graceful stop).
-func (e *Engine) stopFleet(ctx context.Context) {
-	if e.fleet == nil {
+// stop releases this owner's liveness record (a graceful stop).
+func (l *fleetLink) stop(ctx context.Context) {
+	if l == nil {
 		return
 	}
-	if err := e.fleet.Release(ctx); err != nil {
-		e.logger.Debug("fleet: release the owner's liveness record", "err", err)
+	if err := l.fleet.Release(ctx); err != nil {
+		l.e.logger.Debug("fleet: release the owner's liveness record", "err", err)
 	}
 }
 
-// runFleet subscribes to the other processes' claims and wake-ups and
-// starts publishing this one's wake-ups; rctx ends them. (The heartbeat
-// loop starts earlier, in Start.)
-func (e *Engine) runFleet(rctx context.Context) error {
-	if e.fleet == nil {
-		return nil
-	}
-	done, err := e.fleet.Subscribe(rctx, waterline.FleetHandlers{OnClaim: e.onClaim, OnWake: e.wakePoller, OnBroadcast: e.onBroadcast})
+// run subscribes to the other processes' claims, wake-ups and broadcasts
+// and starts publishing this one's; rctx ends them. (The heartbeat loop
+// starts earlier, in Start.)
+func (l *fleetLink) run(rctx context.Context) error {
+	e := l.e
+	done, err := l.fleet.Subscribe(rctx, waterline.FleetHandlers{OnClaim: l.onClaim, OnWake: e.poller.wakeUp, OnBroadcast: e.onBroadcast})
 	if err != nil {
 		return err
 	}
 	e.wg.Go(func() { <-done })
 	e.wg.Add(1)
-	go e.wakeLoop(rctx)
+	go l.wakeLoop(rctx)
 	return nil
 }
 
 // onClaim closes this process's connection of a device that another
 // process claimed later. It runs on the subscriber goroutine.
-func (e *Engine) onClaim(c waterline.Claim) {
+func (l *fleetLink) onClaim(c waterline.Claim) {
+	e := l.e
 	m := e.reg.device(c.User, c.Device)
 	if m == nil || m.client.ID == c.ConnID || m.epoch >= c.Epoch {
 		return
@@ -120,12 +143,12 @@ func (e *Engine) onClaim(c waterline.Claim) {
 
 // publishWake asks the wake loop to tell the other processes that rows
 // were committed. It never blocks; wake-ups coalesce.
-func (e *Engine) publishWake() {
-	if e.fleet == nil {
+func (l *fleetLink) publishWake() {
+	if l == nil {
 		return
 	}
 	select {
-	case e.wakeOut <- struct{}{}:
+	case l.wakeOut <- struct{}{}:
 	default:
 	}
 }
@@ -138,34 +161,37 @@ type fleetCast struct {
 
 // publishBroadcast queues a broadcast for the other processes; when the
 // queue is full the broadcast is dropped (read receipts are best effort).
-func (e *Engine) publishBroadcast(users []string, frame []byte) {
-	if e.fleet == nil {
+func (l *fleetLink) publishBroadcast(users []string, frame []byte) {
+	if l == nil {
 		return
 	}
 	select {
-	case e.castOut <- fleetCast{users: users, frame: frame}:
+	case l.castOut <- fleetCast{users: users, frame: frame}:
 	default:
-		e.logger.Debug("fleet: broadcast queue full; a read receipt stays on this process")
+		l.e.logger.Debug("fleet: broadcast queue full; a read receipt stays on this process")
 	}
 }
 
-func (e *Engine) wakeLoop(ctx context.Context) {
+// wakeLoop publishes the queued wake-ups and broadcasts, one at a time,
+// until ctx ends.
+func (l *fleetLink) wakeLoop(ctx context.Context) {
+	e := l.e
 	defer e.wg.Done()
 	for {
 		var cast *fleetCast
 		select {
 		case <-ctx.Done():
 			return
-		case <-e.wakeOut:
-		case c := <-e.castOut:
+		case <-l.wakeOut:
+		case c := <-l.castOut:
 			cast = &c
 		}
 		cctx, cancel := context.WithTimeout(ctx, e.cfg.StoreTimeout)
 		var err error
 		if cast != nil {
-			err = e.fleet.Broadcast(cctx, cast.users, cast.frame)
+			err = l.fleet.Broadcast(cctx, cast.users, cast.frame)
 		} else {
-			err = e.fleet.Wake(cctx)
+			err = l.fleet.Wake(cctx)
 		}
 		if err != nil && ctx.Err() == nil {
 			e.logger.Debug("fleet: publish", "err", err)
@@ -174,18 +200,20 @@ func (e *Engine) wakeLoop(ctx context.Context) {
 	}
 }
 
-func (e *Engine) heartbeatLoop(ctx context.Context) {
-	defer e.wg.Done()
-	ticker := time.NewTicker(e.cfg.OwnerTTL / 3)
+// heartbeatLoop heartbeats every third of the owner TTL, and when asked
+// (beatNow), until ctx ends.
+func (l *fleetLink) heartbeatLoop(ctx context.Context) {
+	defer l.e.wg.Done()
+	ticker := time.NewTicker(l.e.cfg.OwnerTTL / 3)
 	defer ticker.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-ticker.C:
-		case <-e.beatNow:
+		case <-l.beatNow:
 		}
-		e.heartbeat(ctx)
+		l.heartbeat(ctx)
 	}
 }
 
@@ -193,15 +221,16 @@ func (e *Engine) heartbeatLoop(ctx context.Context) {
 // this owner meanwhile, every registration is gone from the index: the
 // connections are closed with 1001 so their clients reconnect and recover
 // from history, and the next GC pass rebuilds (the primed flag went too).
-func (e *Engine) heartbeat(ctx context.Context) {
+func (l *fleetLink) heartbeat(ctx context.Context) {
+	e := l.e
 	cctx, cancel := context.WithTimeout(ctx, e.cfg.StoreTimeout)
-	reaped, err := e.fleet.Heartbeat(cctx, e.cfg.OwnerTTL)
+	reaped, err := l.fleet.Heartbeat(cctx, e.cfg.OwnerTTL)
 	cancel()
 	if errors.Is(err, waterline.ErrOwnerTaken) {
 		// This process's record lapsed and another process with the same
 		// owner name took it: the registrations under the name are not
 		// this process's to trust any more.
-		e.logger.Error("fleet: another process took this process's index owner name; closing every connection", "owner", e.fleet.Owner())
+		e.logger.Error("fleet: another process took this process's index owner name; closing every connection", "owner", l.fleet.Owner())
 		reaped, err = true, nil
 	}
 	if err != nil {
@@ -213,7 +242,7 @@ func (e *Engine) heartbeat(ctx context.Context) {
 	if !reaped {
 		return
 	}
-	e.logger.Error("fleet: this process's liveness lapsed and another process reaped its index state; closing every connection so clients recover from history", "owner", e.fleet.Owner())
+	e.logger.Error("fleet: this process's liveness lapsed and another process reaped its index state; closing every connection so clients recover from history", "owner", l.fleet.Owner())
 	ms := e.reg.all()
 	for _, m := range ms {
 		e.withdraw(m, protocol.CloseGoingAway, "this server lost its lease on the delivery index; reconnect", ReasonOwnerLapsed)
@@ -222,24 +251,28 @@ func (e *Engine) heartbeat(ctx context.Context) {
 
 // checkReaped asks the heartbeat loop to run now (a registered member was
 // unknown to the index: this owner may have been reaped).
-func (e *Engine) checkReaped() {
+func (l *fleetLink) checkReaped() {
+	if l == nil {
+		return
+	}
 	select {
-	case e.beatNow <- struct{}{}:
+	case l.beatNow <- struct{}{}:
 	default:
 	}
 }
 
-// fleetMayDelete reaps dead owners and reports whether GC may delete: no
+// mayDelete reaps dead owners and reports whether GC may delete: no
 // live owner lags behind the index's current identity, and that identity
 // was first seen, by any process, at least OwnerTTL/2 ago
-// (Fleet.IdentityAge).
-func (e *Engine) fleetMayDelete(ctx context.Context, identity string) (bool, error) {
-	if e.fleet == nil {
+// (Fleet.IdentityAge). Without a fleet (nil) GC may always delete.
+func (l *fleetLink) mayDelete(ctx context.Context, identity string) (bool, error) {
+	if l == nil {
 		return true, nil
 	}
+	e := l.e
 	cctx, cancel := context.WithTimeout(ctx, e.cfg.StoreTimeout)
 	defer cancel()
-	reaped, err := e.fleet.ReapDead(cctx)
+	reaped, err := l.fleet.ReapDead(cctx)
 	if err != nil {
 		return false, err
 	}
@@ -249,14 +282,14 @@ func (e *Engine) fleetMayDelete(ctx context.Context, identity string) (bool, err
 		e.stats.OwnersReaped += int64(len(reaped))
 		e.statMu.Unlock()
 	}
-	age, err := e.fleet.IdentityAge(cctx, identity)
+	age, err := l.fleet.IdentityAge(cctx, identity)
 	if err != nil {
 		return false, err
 	}
 	if age < e.cfg.OwnerTTL/2 {
 		return false, nil // a failover (or a new Redis) moments ago
 	}
-	lag, err := e.fleet.Laggards(cctx, identity)
+	lag, err := l.fleet.Laggards(cctx, identity)
 	if err != nil {
 		return false, err
 	}
@@ -270,13 +303,13 @@ func (e *Engine) fleetMayDelete(ctx context.Context, identity string) (bool, err
 // bindOutbox records, in the shared index, which outbox its key prefix
 // covers, and refuses (releasing this owner's liveness record) when the
 // prefix already covers another outbox of a live deployment.
-func (e *Engine) bindOutbox(ctx context.Context, f waterline.Fleet) error {
-	id, err := e.outbox.ID(ctx)
+func (l *fleetLink) bindOutbox(ctx context.Context) error {
+	id, err := l.e.outbox.ID(ctx)
 	if err == nil {
-		err = f.BindOutbox(ctx, id)
+		err = l.fleet.BindOutbox(ctx, id)
 	}
 	if err != nil {
-		_ = f.Release(context.WithoutCancel(ctx))
+		_ = l.fleet.Release(context.WithoutCancel(ctx))
 		return err
 	}
 	return nil

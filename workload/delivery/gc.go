@@ -128,7 +128,7 @@ func (g *collector) once(ctx context.Context) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	if ok, err := e.fleetMayDelete(ctx, identity); err != nil || !ok {
+	if ok, err := e.link.mayDelete(ctx, identity); err != nil || !ok {
 		return 0, err
 	}
 	t := e.tuning()

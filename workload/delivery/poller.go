@@ -3,6 +3,7 @@ package delivery
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/tetra-messenger/tetra/workload/outbox"
@@ -18,20 +19,61 @@ const maxScanRounds = 8
 // catchUpMinRead is the fewest rows a catch-up round reads (catchUp).
 const catchUpMinRead = 64
 
-func (e *Engine) pollLoop(ctx context.Context) {
-	defer e.wg.Done()
+// poller is the outbox side of live delivery: once per poll interval, and
+// whenever woken (an acknowledgement freed a window with messages waiting,
+// a shed hand-off, another process's commit), it re-delivers what is past
+// its lease, catches up the connections behind a full push window, scans
+// each partition forward from its scan position for what the fast path
+// missed, and refreshes its hold. It owns the scan positions and the
+// wake-up; it reads the fast path's coverage to pass what that delivered
+// whole, and reaches the registry, the index, the sends (send.go) and the
+// counters through its engine. Passes run on one goroutine (the poll loop,
+// or a test calling PollOnce).
+type poller struct {
+	e *Engine
+	// cover is the fast path's record of the commits it delivered whole
+	// (cover.go).
+	cover *coverage
+	// scanPos is, per partition, the last position the scan examined (-1
+	// before the first row); set by holdAll before the poller runs.
+	scanPos map[int32]*atomic.Int64
+	wake    chan struct{}
+}
+
+func newPoller(e *Engine, cover *coverage) *poller {
+	return &poller{e: e, cover: cover, scanPos: map[int32]*atomic.Int64{}, wake: make(chan struct{}, 1)}
+}
+
+// holdAll starts the scan of every partition of parts before its first
+// row and pins each with the poller's hold at 0, so GC deletes nothing
+// live delivery has not examined. It runs in Start, before the poller.
+func (pl *poller) holdAll(ctx context.Context, parts []int32) error {
+	e := pl.e
+	for _, p := range parts {
+		v := &atomic.Int64{}
+		v.Store(-1)
+		pl.scanPos[p] = v
+		if err := e.idx.Hold(ctx, e.cfg.Holder, p, 0, e.cfg.HoldTTL); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (pl *poller) loop(ctx context.Context) {
+	defer pl.e.wg.Done()
 	for {
-		interval := e.tuning().PollInterval
+		interval := pl.e.tuning().PollInterval
 		timer := time.NewTimer(interval)
 		select {
 		case <-ctx.Done():
 			timer.Stop()
 			return
 		case <-timer.C:
-		case <-e.pollWake:
+		case <-pl.wake:
 			timer.Stop()
 		}
-		e.PollOnce(ctx)
+		pl.once(ctx)
 	}
 }
 
@@ -42,18 +84,23 @@ func (e *Engine) pollLoop(ctx context.Context) {
 // missed; then apply the overload reaper. Exported for tests; the engine
 // calls it on its own cadence and whenever an acknowledgement frees a
 // window that has messages waiting.
-func (e *Engine) PollOnce(ctx context.Context) {
-	e.redeliver(ctx)
-	for _, p := range e.partitions {
-		e.catchUp(ctx, p)
-		e.scan(ctx, p)
+func (e *Engine) PollOnce(ctx context.Context) { e.poller.once(ctx) }
+
+// once is PollOnce.
+func (pl *poller) once(ctx context.Context) {
+	pl.redeliver(ctx)
+	for _, p := range pl.e.partitions {
+		pl.catchUp(ctx, p)
+		pl.scan(ctx, p)
 	}
-	e.ReapOverloaded()
+	pl.e.ReapOverloaded()
 }
 
-func (e *Engine) wakePoller() {
+// wakeUp asks the poll loop for a pass now. It never blocks; wake-ups
+// coalesce.
+func (pl *poller) wakeUp() {
 	select {
-	case e.pollWake <- struct{}{}:
+	case pl.wake <- struct{}{}:
 	default:
 	}
 }
@@ -63,7 +110,8 @@ func (e *Engine) wakePoller() {
 // max-delivery-attempts times (the attempts reaper, close 4002). An entry
 // the index holds but the window does not was acknowledged (the index missed
 // the ack, or a re-send crossed it): it is dropped from the index.
-func (e *Engine) redeliver(ctx context.Context) {
+func (pl *poller) redeliver(ctx context.Context) {
+	e := pl.e
 	t := e.tuning()
 	cctx, cancel := context.WithTimeout(ctx, e.cfg.StoreTimeout)
 	due, err := e.idx.Expired(cctx, e.now(), t.PollBatch)
@@ -129,7 +177,7 @@ func (e *Engine) redeliver(ctx context.Context) {
 // offerLocked is what the poller does with one outbox row for one member (the
 // member's lock held): skip it, send it (its window slot is reserved), or
 // leave it waiting behind a full window.
-func (e *Engine) offerLocked(m *Member, r *outbox.Row, p int32, window int, now time.Time, it func() item) (send bool, full bool) {
+func offerLocked(m *Member, r *outbox.Row, p int32, window int, now time.Time, it func() item) (send bool, full bool) {
 	k := pkey{p, r.Pos}
 	if m.excludedLocked(r.Message.ChatID, r.Message.Seq) {
 		delete(m.ahead, k)
@@ -154,16 +202,17 @@ func (e *Engine) offerLocked(m *Member, r *outbox.Row, p int32, window int, now 
 	return true, false
 }
 
-func (e *Engine) scan(ctx context.Context, p int32) {
+func (pl *poller) scan(ctx context.Context, p int32) {
+	e := pl.e
 	t := e.tuning()
-	pos := e.scanPos[p]
+	pos := pl.scanPos[p]
 	for round := 0; round < maxScanRounds; round++ {
 		after := pos.Load()
-		if next := e.cover.pass(p, after); next > after {
+		if next := pl.cover.pass(p, after); next > after {
 			// The fast path delivered these commits whole (cover.go).
 			after = next
 			pos.Store(after)
-			e.pruneAhead(p, after)
+			pl.pruneAhead(p, after)
 		}
 		cctx, cancel := context.WithTimeout(ctx, e.cfg.StoreTimeout)
 		rows, err := e.outbox.Scan(cctx, p, after, t.PollBatch)
@@ -181,7 +230,7 @@ func (e *Engine) scan(ctx context.Context, p int32) {
 		var ms []*Member
 		for i := range rows {
 			r := &rows[i]
-			mk := func() item { return e.rowItem(r, p, frames) }
+			mk := func() item { return rowItem(r, p, frames) }
 			ms = e.reg.appendOfUser(ms[:0], r.Recipient)
 			for _, m := range ms {
 				if r.Recipient == r.Message.SenderID && m.client.Device == r.Message.SenderDevice {
@@ -192,7 +241,7 @@ func (e *Engine) scan(ctx context.Context, p int32) {
 					m.mu.Unlock() // examined, or left to the catch-up
 					continue
 				}
-				send, full := e.offerLocked(m, r, p, t.MaxPending, now, mk)
+				send, full := offerLocked(m, r, p, t.MaxPending, now, mk)
 				m.mu.Unlock()
 				if full {
 					e.reg.markLagging(m)
@@ -209,17 +258,17 @@ func (e *Engine) scan(ctx context.Context, p int32) {
 		}
 		last := rows[len(rows)-1].Pos
 		pos.Store(last)
-		e.pruneAhead(p, last)
+		pl.pruneAhead(p, last)
 		if len(rows) < t.PollBatch {
 			break
 		}
 	}
-	e.hold(ctx, p)
+	pl.hold(ctx, p)
 }
 
 // rowItem builds the item of an outbox row, sharing one encoded frame per
 // message within a pass.
-func (e *Engine) rowItem(r *outbox.Row, p int32, frames map[string][]byte) item {
+func rowItem(r *outbox.Row, p int32, frames map[string][]byte) item {
 	f, ok := frames[r.Message.ID]
 	if !ok {
 		f = MessageFrame(r.Message)
@@ -235,9 +284,10 @@ func (e *Engine) rowItem(r *outbox.Row, p int32, frames map[string][]byte) item 
 // member taking rows until its window is full again. A member whose
 // catch-up reaches the scan position is caught up: the main scan serves it
 // from there on.
-func (e *Engine) catchUp(ctx context.Context, p int32) {
+func (pl *poller) catchUp(ctx context.Context, p int32) {
+	e := pl.e
 	t := e.tuning()
-	upto := e.scanPos[p].Load()
+	upto := pl.scanPos[p].Load()
 	from := int64(maxPos)
 	open := map[*Member]bool{} // members taking rows; false once full again
 	byUser := map[string][]*Member{}
@@ -294,7 +344,7 @@ func (e *Engine) catchUp(ctx context.Context, p int32) {
 				break
 			}
 			after = r.Pos
-			mk := func() item { return e.rowItem(r, p, frames) }
+			mk := func() item { return rowItem(r, p, frames) }
 			for _, m := range byUser[r.Recipient] {
 				if !open[m] || (r.Recipient == r.Message.SenderID && m.client.Device == r.Message.SenderDevice) {
 					continue
@@ -304,7 +354,7 @@ func (e *Engine) catchUp(ctx context.Context, p int32) {
 					m.mu.Unlock()
 					continue
 				}
-				send, full := e.offerLocked(m, r, p, t.MaxPending, now, mk)
+				send, full := offerLocked(m, r, p, t.MaxPending, now, mk)
 				m.mu.Unlock()
 				if full {
 					open[m] = false
@@ -361,7 +411,8 @@ func (e *Engine) catchUp(ctx context.Context, p int32) {
 // poller has passed them (a mark whose row was acknowledged and deleted
 // before the scan reached it would otherwise stay forever), and raises the
 // horizon of every member that is not behind in p to the scan position.
-func (e *Engine) pruneAhead(p int32, upto int64) {
+func (pl *poller) pruneAhead(p int32, upto int64) {
+	e := pl.e
 	ms := e.reg.all()
 	for _, m := range ms {
 		m.mu.Lock()
@@ -390,8 +441,9 @@ func (e *Engine) pruneAhead(p int32, upto int64) {
 // not examined, or lower, the first row a member that fell behind has not
 // been offered yet. GC never deletes a row live delivery still owes a
 // connected client.
-func (e *Engine) holdPos(p int32) int64 {
-	pos := e.scanPos[p].Load() + 1
+func (pl *poller) holdPos(p int32) int64 {
+	e := pl.e
+	pos := pl.scanPos[p].Load() + 1
 	for _, m := range e.reg.laggingMembers() {
 		m.mu.Lock()
 		if m.isBehind(p) && m.horizon[p]+1 < pos {
@@ -404,11 +456,12 @@ func (e *Engine) holdPos(p int32) int64 {
 
 // hold pins the partition at holdPos, so GC never deletes a row before live
 // delivery saw it (or, for a member behind a full window, sent it).
-func (e *Engine) hold(ctx context.Context, p int32) {
+func (pl *poller) hold(ctx context.Context, p int32) {
+	e := pl.e
 	cctx, cancel := context.WithTimeout(ctx, e.cfg.StoreTimeout)
 	defer cancel()
 	e.idxMu.RLock()
-	err := e.idx.Hold(cctx, e.cfg.Holder, p, e.holdPos(p), e.cfg.HoldTTL)
+	err := e.idx.Hold(cctx, e.cfg.Holder, p, pl.holdPos(p), e.cfg.HoldTTL)
 	e.idxMu.RUnlock()
 	if err != nil {
 		e.logger.Warn("poller: refresh hold", "partition", p, "err", err)

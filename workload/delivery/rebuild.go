@@ -45,7 +45,7 @@ func (e *Engine) rebuildLocked(ctx context.Context, reason string) error {
 		if err := e.idx.Hold(ctx, rebuildHolder, p, 0, e.cfg.HoldTTL); err != nil {
 			return fmt.Errorf("delivery: rebuild: hold: %w", err)
 		}
-		if err := e.idx.Hold(ctx, e.cfg.Holder, p, e.holdPos(p), e.cfg.HoldTTL); err != nil {
+		if err := e.idx.Hold(ctx, e.cfg.Holder, p, e.poller.holdPos(p), e.cfg.HoldTTL); err != nil {
 			return fmt.Errorf("delivery: rebuild: hold: %w", err)
 		}
 	}

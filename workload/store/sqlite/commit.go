@@ -119,6 +119,14 @@ func (db *DB) commit(ctx context.Context, plan *history.CommitPlan, optimistic b
 	if err := tx.Commit(); err != nil {
 		return nil, unavailable("commit", err)
 	}
+	if plan.HasRefs() {
+		for _, a := range plan.Applies() {
+			if a.Kind == history.KindDelete {
+				db.erase.deleted() // the WAL still holds the body (erase.go)
+				break
+			}
+		}
+	}
 	return plan.Finish(), nil
 }
 

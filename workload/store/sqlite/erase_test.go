@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/oklog/ulid/v2"
 
@@ -39,6 +40,34 @@ func TestDeleteErasesTextFromFiles(t *testing.T) {
 	if err := db.w.QueryRowContext(t.Context(), `PRAGMA wal_checkpoint(TRUNCATE)`).Scan(&busy, &logFrames, &done); err != nil || busy != 0 {
 		t.Fatalf("wal_checkpoint(TRUNCATE) = busy %d, %v", busy, err)
 	}
+	checkErased(t, path, kept, original, edited, "long-secret-"+tag)
+}
+
+// TestDeleteErasesTextFromTheWAL: nobody checkpoints by hand, as in a
+// running server: the WAL would hold the deleted body until later commits
+// overwrite its frames (a fresh user found it there minutes after the
+// delete), so the delete's commit has the eraser checkpoint and truncate it.
+func TestDeleteErasesTextFromTheWAL(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "tetra.db")
+	db := openDB(t, DefaultConfig(path))
+	g := mustGroup(t, db, "alice", "g", "bob")
+	tag := strings.ToLower(ulid.Make().String())
+	secret, kept := "wal-secret-"+tag, "wal-kept-"+tag
+	m := historytest.MustCommit(t, db, historytest.Draft(g.ID, "alice", "c1", secret))[0].Message
+	historytest.MustCommit(t, db, historytest.Draft(g.ID, "bob", "c2", kept))
+	historytest.MustCommit(t, db, historytest.DeleteDraft(g.ID, "alice", "c3", m.ID))
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if !bytes.Contains(readFiles(t, path), []byte(secret)) {
+			break
+		}
+	}
+	checkErased(t, path, kept, secret)
+}
+
+// readFiles returns the database file and its -wal, concatenated.
+func readFiles(t *testing.T, path string) []byte {
+	t.Helper()
 	var all []byte
 	for _, f := range []string{path, path + "-wal"} {
 		b, err := os.ReadFile(f)
@@ -47,10 +76,18 @@ func TestDeleteErasesTextFromFiles(t *testing.T) {
 		}
 		all = append(all, b...)
 	}
+	return all
+}
+
+// checkErased fails the test when the database files at path hold one of
+// secrets, or do not hold kept (then the search could not find anything).
+func checkErased(t *testing.T, path, kept string, secrets ...string) {
+	t.Helper()
+	all := readFiles(t, path)
 	if !bytes.Contains(all, []byte(kept)) {
 		t.Fatalf("the files do not hold the kept message %q: the search cannot find anything", kept)
 	}
-	for _, secret := range []string{original, edited, "long-secret-" + tag} {
+	for _, secret := range secrets {
 		if bytes.Contains(all, []byte(secret)) {
 			t.Errorf("the database files still hold %q after the delete", secret)
 		}

@@ -58,6 +58,8 @@ type DB struct {
 
 	// cache holds member lists for Commit, valid for one membership epoch.
 	cache history.MemberCache
+	// erase checkpoints and truncates the WAL after a delete (erase.go).
+	erase *eraser
 
 	closeOnce sync.Once
 	closeErr  error
@@ -114,6 +116,9 @@ func Open(ctx context.Context, cfg Config) (*DB, error) {
 
 	if err := db.prepare(ctx); err != nil {
 		return nil, unavailable("prepare", err)
+	}
+	if db.erase, err = startEraser(cfg); err != nil {
+		return nil, unavailable("open the eraser's connection", err)
 	}
 	ok = true
 	return db, nil
@@ -207,6 +212,9 @@ func (db *DB) Ping(ctx context.Context) error {
 func (db *DB) Close() error {
 	db.closeOnce.Do(func() {
 		var errs []error
+		if db.erase != nil {
+			errs = append(errs, db.erase.close())
+		}
 		for _, s := range []*sql.Stmt{db.wMembers, db.wChatExists, db.wEpoch, db.wSeqs,
 			db.rPage, db.rScan, db.rHead} {
 			if s != nil {

@@ -200,13 +200,16 @@ func (p *CommitPlan) Decide(k Known) {
 func (p *CommitPlan) duplicate(i int, key Key, k Known) bool {
 	d := p.drafts[i]
 	if orig, ok := k.Committed[key]; ok {
-		// A deleted original's body is erased and an edited one's is the
-		// edit's: the body the key was first sent with is gone, so a
-		// resend is judged by its chat alone (a client resending a send
+		// A deleted original's body is erased (and its edits' bodies) and
+		// an edited one's is the edit's: the body the key was first sent
+		// with is gone, so a resend is judged by its chat alone (a client resending a send
 		// whose answer it missed, after the message was edited or
 		// deleted, gets the original's id, not "another body").
+		// An edit of a message deleted since has its body erased too
+		// (erased edits are the only edits with an empty body: an edit's
+		// body is never blank).
 		body := orig.Body
-		if orig.Deleted || !orig.EditedAt.IsZero() {
+		if orig.Deleted || !orig.EditedAt.IsZero() || (orig.Kind() == KindEdit && orig.Body == "") {
 			body = d.Body
 		}
 		err := CheckResend(orig.ChatID, body, d)

@@ -383,7 +383,7 @@ func decodeGeneral(data []byte, maxBody int) (f ClientFrame, err error) {
 			return fail(CodeInvalid, "send: body must be valid UTF-8 without U+0000")
 		case maxBody > 0 && len(s.Body) > maxBody:
 			return fail(CodeTooLarge, "send: body is %d bytes, the limit is %d", len(s.Body), maxBody)
-		case s.Edits != "" && !validID(s.Edits):
+		case (s.Edits != "" || namesEdits(data)) && !validID(s.Edits):
 			return fail(CodeInvalid, "send: edits must be a messageId: 1..%d bytes of valid UTF-8 without U+0000", MaxIDLen)
 		}
 		f.Send = &s
@@ -446,6 +446,17 @@ func decodeGeneral(data []byte, maxBody int) (f ClientFrame, err error) {
 // validID reports whether s is an id the wire accepts: 1..MaxIDLen bytes of
 // valid UTF-8 without U+0000 (text.Valid, the rule every store applies too:
 // PROTOCOL.md §3).
+// namesEdits reports whether a send frame has an "edits" key (which
+// Send.Edits, empty, cannot tell from no key): "edits": "" is an edit of
+// no message, refused like any empty id (PROTOCOL.md §7.3), not a new
+// message.
+func namesEdits(data []byte) bool {
+	var aux struct {
+		Edits *string `json:"edits"`
+	}
+	return json.Unmarshal(data, &aux) == nil && aux.Edits != nil
+}
+
 func validID(s string) bool {
 	return s != "" && len(s) <= MaxIDLen && text.Valid(s)
 }

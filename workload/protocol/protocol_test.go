@@ -2,6 +2,7 @@ package protocol
 
 import (
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -288,5 +289,25 @@ func TestDecodeClientStrictness(t *testing.T) {
 		if err != nil || !check(f) {
 			t.Errorf("DecodeClient(%s) = %+v, %v; want accepted", in, f, err)
 		}
+	}
+}
+
+// TestSendWithEmptyEditsIsInvalid: "edits": "" names no message; it is
+// refused as an empty id, not taken for a new message (a fresh user's
+// client bug turned an edit into a duplicate message so).
+func TestSendWithEmptyEditsIsInvalid(t *testing.T) {
+	for _, frame := range []string{
+		`{"type":"send","chatId":"c","correlationId":"k","body":"x","edits":""}`,
+		`{"type":"send","edits":"","chatId":"c","correlationId":"k","body":"x"}`,
+	} {
+		_, err := DecodeClient([]byte(frame), 4096)
+		var pe *Error
+		if !errors.As(err, &pe) || pe.Code != CodeInvalid || !strings.Contains(pe.Message, "edits") {
+			t.Errorf("%s: err %v, want invalid naming edits", frame, err)
+		}
+	}
+	f, err := DecodeClient([]byte(`{"type":"send","chatId":"c","correlationId":"k","body":"edits: \"\""}`), 4096)
+	if err != nil || f.Send == nil || f.Send.Edits != "" {
+		t.Errorf("a body that mentions edits: %+v %v, want an ordinary send", f, err)
 	}
 }

@@ -110,6 +110,16 @@ func testEdit(t *testing.T, s history.Store) {
 		t.Errorf("first edit of a batch: %v", res2[0].Err)
 	}
 	wantErr(t, "edit key reused within a batch for another target", res2[1].Err, history.ErrInvalid)
+	// After the message is deleted, its edits' bodies are erased: a resend
+	// of an edit with the very body it was sent with is still its
+	// duplicate (judged by chat and target, as a resend of a deleted
+	// message is), not "another body".
+	victim := MustCommit(t, s, Draft(g.ID, "alice", "v1", "to delete"))[0].Message
+	ve := MustCommit(t, s, EditDraft(g.ID, "alice", "v2", victim.ID, "edited, then deleted"))[0].Message
+	MustCommit(t, s, DeleteDraft(g.ID, "alice", "v3", victim.ID))
+	if r := commit(t, s, EditDraft(g.ID, "alice", "v2", victim.ID, "edited, then deleted"))[0]; r.Err != nil || !r.Duplicate || r.Message.ID != ve.ID {
+		t.Errorf("resent edit of a deleted message = %+v, want a duplicate of %s", r, ve.ID)
+	}
 }
 
 func mustPageOne(t testing.TB, s history.Store, chatID, id string) history.Message {

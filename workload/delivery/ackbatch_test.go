@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -44,11 +43,7 @@ func (x *manyAckIndex) Ack(ctx context.Context, client string, ids []string) (in
 func startedEngine(t *testing.T, idx waterline.Index, ackWait time.Duration) (*Engine, *sqlite.DB, history.Chat) {
 	t.Helper()
 	ctx := context.Background()
-	db, err := sqlite.Open(ctx, sqlite.DefaultConfig(filepath.Join(t.TempDir(), "t.db")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
+	db := openTestDB(t)
 	e, err := New(db, idx, config.Default, Config{Concurrency: 1, AckWait: ackWait}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)

@@ -106,13 +106,19 @@ type rig struct {
 // with a direct chat alice-bob.
 func newRig(t testing.TB, mutate func(*config.Tuning)) *rig {
 	t.Helper()
-	ctx := context.Background()
-	db, err := sqlite.Open(ctx, sqlite.DefaultConfig(filepath.Join(t.TempDir(), "t.db")))
+	return newRigOn(t, openTestDB(t), mutate)
+}
+
+// openTestDB opens a fresh SQLite store in the test's directory, closed
+// when the test ends.
+func openTestDB(t testing.TB) *sqlite.DB {
+	t.Helper()
+	db, err := sqlite.Open(context.Background(), sqlite.DefaultConfig(filepath.Join(t.TempDir(), "t.db")))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	return newRigOn(t, db, mutate)
+	return db
 }
 
 func newRigOn(t testing.TB, db *sqlite.DB, mutate func(*config.Tuning)) *rig {

@@ -372,15 +372,7 @@ func TestSentManyAfterScriptFlush(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	opt, err := goredis.ParseURL(cfg.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	admin := goredis.NewClient(opt)
-	defer admin.Close()
-	if err := admin.ScriptFlush(ctx).Err(); err != nil {
-		t.Fatal(err)
-	}
+	flushScripts(t, cfg.URL)
 	lease := time.Now().Add(time.Minute)
 	errs := x.SentMany(ctx, []waterline.SentBatch{
 		{ClientID: "a", Entries: []waterline.Entry{{MessageID: "m1", Pos: 1}}},
@@ -399,6 +391,21 @@ func TestSentManyAfterScriptFlush(t *testing.T) {
 	}
 	if len(due) != 2 || due[0].Attempts != 1 || due[1].Attempts != 1 {
 		t.Errorf("after SentMany: %+v; want m1 and m3, one attempt each", due)
+	}
+}
+
+// flushScripts makes the Redis at url forget its scripts (SCRIPT FLUSH),
+// as a restart or a failover does.
+func flushScripts(t *testing.T, url string) {
+	t.Helper()
+	opt, err := goredis.ParseURL(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := goredis.NewClient(opt)
+	defer admin.Close()
+	if err := admin.ScriptFlush(t.Context()).Err(); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -423,15 +430,7 @@ func TestAckManyAfterScriptFlush(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	opt, err := goredis.ParseURL(cfg.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	admin := goredis.NewClient(opt)
-	defer admin.Close()
-	if err := admin.ScriptFlush(ctx).Err(); err != nil {
-		t.Fatal(err)
-	}
+	flushScripts(t, cfg.URL)
 	errs := x.AckMany(ctx, []waterline.AckBatch{
 		{ClientID: "a", MessageIDs: []string{"m1"}},
 		{ClientID: "nobody", MessageIDs: []string{"m9"}},

@@ -70,7 +70,9 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("POST /admin/rebuild", s.adminOnly(s.handleAdminRebuild))
 	s.adminPageRoutes(mux) // operator page and GET /admin/series (admin_page.go)
 	s.webRoutes(mux)       // browser client and demo endpoints (webui.go)
-	return s.front(mux)    // JSON 404 and 405 for what matches no pattern (front.go)
+	// JSON 404 and 405 for what matches no pattern (front.go); CORS for
+	// the allowed origins' pages (cors.go).
+	return s.withCORS(s.front(mux))
 }
 
 // recoverer turns a panic in a handler into a 500 and a log line instead of

@@ -52,6 +52,59 @@ func TestE2EWebSocketOrigin(t *testing.T) {
 	}
 }
 
+// A page of an allowed origin may call the HTTP API too (CORS): its
+// preflight is answered with the origin, the methods and the Authorization
+// header, and the answers carry Access-Control-Allow-Origin and expose
+// WWW-Authenticate; another origin gets no CORS headers (the browser then
+// keeps the answer from the page), nor does a path outside /api/, nor any
+// origin when no pattern is configured.
+func TestE2EHTTPCORS(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, backends(t)[0], func(c *server.Config) { c.AllowedOrigins = []string{"*.example.com"} })
+	bare := newEnv(t, backends(t)[0], nil)
+	do := func(base, method, path, origin string, h map[string]string) *http.Response {
+		req, err := http.NewRequest(method, base+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Origin", origin)
+		for k, v := range h {
+			req.Header.Set(k, v)
+		}
+		resp, err := e.http.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp
+	}
+	preflight := map[string]string{"Access-Control-Request-Method": "PATCH", "Access-Control-Request-Headers": "authorization,content-type"}
+	resp := do(e.srv.URL(), http.MethodOptions, "/api/chats/c_1", "https://app.example.com", preflight)
+	if resp.StatusCode/100 != 2 || resp.Header.Get("Access-Control-Allow-Origin") != "https://app.example.com" ||
+		!strings.Contains(resp.Header.Get("Access-Control-Allow-Methods"), "PATCH") ||
+		!strings.Contains(strings.ToLower(resp.Header.Get("Access-Control-Allow-Headers")), "authorization") {
+		t.Errorf("preflight from an allowed origin: %d %v", resp.StatusCode, resp.Header)
+	}
+	resp = do(e.srv.URL(), http.MethodGet, "/api/chats", "https://app.example.com", map[string]string{"Authorization": "Bearer " + e.token("alice")})
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Access-Control-Allow-Origin") != "https://app.example.com" {
+		t.Errorf("GET from an allowed origin: %d, Access-Control-Allow-Origin %q", resp.StatusCode, resp.Header.Get("Access-Control-Allow-Origin"))
+	}
+	resp = do(e.srv.URL(), http.MethodGet, "/api/chats", "https://app.example.com", nil)
+	if resp.StatusCode != http.StatusUnauthorized || !strings.Contains(resp.Header.Get("Access-Control-Expose-Headers"), "Www-Authenticate") {
+		t.Errorf("401 to an allowed origin: %d, exposed %q, want WWW-Authenticate readable", resp.StatusCode, resp.Header.Get("Access-Control-Expose-Headers"))
+	}
+	for _, tc := range []struct{ base, method, path, origin string }{
+		{e.srv.URL(), http.MethodOptions, "/api/chats", "https://evil.test"},
+		{e.srv.URL(), http.MethodGet, "/api/chats", "https://example.com.evil.test"},
+		{e.srv.URL(), http.MethodGet, "/healthz", "https://app.example.com"},
+		{bare.srv.URL(), http.MethodOptions, "/api/chats", "https://app.example.com"},
+	} {
+		if resp := do(tc.base, tc.method, tc.path, tc.origin, preflight); resp.Header.Get("Access-Control-Allow-Origin") != "" {
+			t.Errorf("%s %s from %s: Access-Control-Allow-Origin %q, want none", tc.method, tc.path, tc.origin, resp.Header.Get("Access-Control-Allow-Origin"))
+		}
+	}
+}
+
 // The total connection cap answers 429 to the next upgrade, whoever asks,
 // and frees a slot when a connection closes.
 func TestE2ETotalConnectionCap(t *testing.T) {

@@ -59,9 +59,9 @@ type Config struct {
 	MaxConns        int
 	MaxConnsPerUser int
 	// AllowedOrigins are extra host patterns (path.Match syntax, e.g.
-	// "*.example.com") whose browser pages may open sockets. By default
-	// only same-origin pages and non-browser clients (no Origin header)
-	// may.
+	// "*.example.com") whose browser pages may open sockets and call the
+	// HTTP API (CORS on /api/..., cors.go). By default only same-origin
+	// pages and non-browser clients (no Origin header) may.
 	AllowedOrigins []string
 	// OutboundQueue is each connection's queue of frames waiting for the
 	// socket; default 256, at least 128. Message frames fill it up to 64

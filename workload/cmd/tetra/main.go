@@ -185,7 +185,7 @@ func serverFlags(fs *flag.FlagSet, listen bool) func() (server.Config, error) {
 	fs.DurationVar(&cfg.Delivery.OwnerTTL, "owner-ttl", 30*time.Second, "with a Redis index: how long this process stays alive there without a heartbeat; after it, other processes reap its connections' pins")
 	fs.IntVar(&cfg.MaxConns, "max-conns", cfg.MaxConns, "WebSocket connections in total")
 	fs.IntVar(&cfg.MaxConnsPerUser, "max-conns-per-user", cfg.MaxConnsPerUser, "WebSocket connections per user")
-	origins := fs.String("allowed-origins", "", "comma-separated extra Origin host patterns allowed to open sockets")
+	origins := fs.String("allowed-origins", "", "comma-separated extra Origin host patterns whose pages may open sockets and call the HTTP API (CORS)")
 	fs.StringVar(&cfg.Nudge.URL, "nudge-url", "", "offline nudge webhook (http:// or https://): recipients a committed message could not reach live are POSTed there, signed (docs/nudge.md); off when empty")
 	secretFile := fs.String("nudge-secret-file", "", "file holding the nudge webhook's HMAC secret (or set TETRA_NUDGE_SECRET); required with --nudge-url")
 	fs.IntVar(&cfg.Nudge.BatchSize, "nudge-batch-size", nudge.DefaultBatchSize, "offline nudge: most nudges per webhook request")

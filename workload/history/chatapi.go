@@ -106,6 +106,12 @@ type ChatAPI interface {
 	// last admin: when none remain the member who joined earliest becomes
 	// one (the one stepping down, when it is alone).
 	RemoveAdmin(ctx context.Context, chatID, by, user string) (Chat, error)
+	// Sees reports whether user, a member of chatID, may read its message
+	// of Seq seq (PROTOCOL.md §7.6: in a "member" group, only what was
+	// committed while user was a member; in a shared one, all). An unknown
+	// or closed chat is ErrNotFound, a non-member ErrNotMember. For a read
+	// receipt of a message the reader may not see (§2: not_found).
+	Sees(ctx context.Context, chatID, user string, seq int64) (bool, error)
 	// IsAdmin reports whether user is an admin of the group chatID now (a
 	// direct chat has none). An unknown or closed chat is ErrNotFound. For
 	// PROTOCOL.md §7.3's "an admin deletes any message".

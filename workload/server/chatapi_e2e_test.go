@@ -498,6 +498,20 @@ func TestE2EHistoryVisibility(t *testing.T) {
 			if got := ids(e.history("carol", g.ChatID, "")); len(got) != 4 {
 				t.Errorf("%s: carol, a member throughout, reads %d", mode, len(got))
 			}
+			// A read receipt of a message bob may not see is not_found, as
+			// for an unknown id, so it cannot tell the message exists (a
+			// fresh user's receipt was stored and echoed); in a shared
+			// group both are his to mark.
+			for _, id := range []string{early, away} {
+				bob.write(map[string]string{"type": "read", "chatId": g.ChatID, "messageId": id})
+				if mode == "member" {
+					if f := bob.expect("error"); f.Code != "not_found" {
+						t.Errorf("member: bob's read of a message he may not see answered %s, want not_found", f)
+					}
+				}
+			}
+			bob.sync()
+			bob.expectNone(mode+": an error for a read receipt", isType("error"), quiet)
 		}
 		status, raw := e.call("POST", "/api/chats", e.token("alice"), map[string]any{"kind": "group", "members": []string{"bob"}, "history": "everything"})
 		expectInvalid(t, "an unknown history setting", status, raw)

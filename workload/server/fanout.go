@@ -135,5 +135,12 @@ func (c *chatCache) noteMembers(chatID string, members []string) {
 	if len(members) == 0 {
 		return
 	}
-	c.put(history.Chat{ID: chatID, Members: members})
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.m) > 100000 {
+		c.m = map[string]cachedChat{}
+	}
+	e := c.m[chatID] // what is known of the chat's history setting stays
+	e.members, e.at = members, time.Now()
+	c.m[chatID] = e
 }

@@ -38,5 +38,21 @@ func (s *Server) readTarget(ctx context.Context, user, chatID, messageID string)
 	case !ok:
 		return fail(metrics.ReasonNotFound, protocol.CodeNotFound, "messageId is not a message of this chat; nothing changed")
 	}
+	mh, err := s.chats.memberHistory(ctx, chatID)
+	if err != nil {
+		return fail(metrics.ReasonUnavailable, protocol.CodeOverloaded, "read receipt not stored: the store is unavailable")
+	}
+	if mh {
+		// A message committed while the reader was not a member is none
+		// of its messages (§7.6): not_found, as for an unknown id, so a
+		// receipt cannot tell that it exists.
+		sees, err := s.store.Sees(ctx, chatID, user, seq)
+		switch {
+		case err != nil:
+			return fail(metrics.ReasonUnavailable, protocol.CodeOverloaded, "read receipt not stored: the store is unavailable")
+		case !sees:
+			return fail(metrics.ReasonNotFound, protocol.CodeNotFound, "messageId is not a message of this chat; nothing changed")
+		}
+	}
 	return seq, "", ""
 }

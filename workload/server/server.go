@@ -588,7 +588,10 @@ type chatCache struct {
 
 type cachedChat struct {
 	members []string
-	at      time.Time
+	// member: a "member" history group (PROTOCOL.md §7.6), fixed at
+	// creation; known once a chat was read (noteMembers sees members only).
+	member, known bool
+	at            time.Time
 }
 
 func newChatCache(store history.Store, ttl time.Duration) *chatCache {
@@ -616,7 +619,26 @@ func (c *chatCache) put(chat history.Chat) {
 	if len(c.m) > 100000 {
 		c.m = map[string]cachedChat{}
 	}
-	c.m[chat.ID] = cachedChat{members: chat.Members, at: time.Now()}
+	c.m[chat.ID] = cachedChat{members: chat.Members, member: chat.History == history.HistoryMember, known: true, at: time.Now()}
+}
+
+// memberHistory reports whether chatID is a group whose members read only
+// what was committed while they were members (PROTOCOL.md §7.6): from the
+// cache when a read of the chat put it there (the setting never changes),
+// else from the store.
+func (c *chatCache) memberHistory(ctx context.Context, chatID string) (bool, error) {
+	c.mu.Lock()
+	e, ok := c.m[chatID]
+	c.mu.Unlock()
+	if ok && e.known {
+		return e.member, nil
+	}
+	chat, err := c.store.Chat(ctx, chatID)
+	if err != nil {
+		return false, err
+	}
+	c.put(chat)
+	return chat.History == history.HistoryMember, nil
 }
 
 // forget drops chatID's entry (its members changed).

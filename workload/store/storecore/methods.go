@@ -69,6 +69,11 @@ func (m Methods) Rename(ctx context.Context, chatID, by, title string) (history.
 	return Rename(ctx, m.Backend, chatID, by, title)
 }
 
+// Sees implements history.ChatAPI (the package function Sees).
+func (m Methods) Sees(ctx context.Context, chatID, user string, seq int64) (bool, error) {
+	return Sees(ctx, m.Backend, chatID, user, seq)
+}
+
 // AddAdmin implements history.ChatAPI (the package function AddAdmin).
 func (m Methods) AddAdmin(ctx context.Context, chatID, by, user string) (history.Chat, error) {
 	return AddAdmin(ctx, m.Backend, chatID, by, user)

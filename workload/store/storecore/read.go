@@ -160,6 +160,24 @@ func ChatFor(ctx context.Context, b Backend, chatID, user string) (history.Chat,
 	return chats[0], nil
 }
 
+// Sees implements history.ChatAPI.Sees on b: user's membership of chatID
+// with its intervals (history.Visibility), on one snapshot.
+func Sees(ctx context.Context, b Backend, chatID, user string, seq int64) (bool, error) {
+	if err := ValidUser("user id", user); err != nil {
+		return false, err
+	}
+	tx, err := b.Read(ctx, "sees")
+	if err != nil {
+		return false, err
+	}
+	defer tx.Rollback()
+	m, err := member(ctx, tx, chatID, user)
+	if err != nil {
+		return false, err
+	}
+	return m.Vis.Sees(seq), nil
+}
+
 // ChatList implements history.ChatAPI.ChatList on b: every chat of user is
 // read with its activity (ReadTx.Memberships), the keys sorted in memory
 // (history.PageList), and only the page's chats are filled. On one

@@ -512,6 +512,25 @@ func TestE2EHistoryVisibility(t *testing.T) {
 			}
 			bob.sync()
 			bob.expectNone(mode+": an error for a read receipt", isType("error"), quiet)
+			if mode == "member" {
+				// Nor does a delete tell: bob is made an admin, and his
+				// DELETE of the hidden message is answered word for word
+				// as that of an unknown id.
+				if status, raw := e.call("POST", "/api/chats/"+g.ChatID+"/admins", e.token("alice"), map[string]any{"userId": "bob"}); status != http.StatusOK {
+					t.Fatalf("make bob an admin: %d %s", status, raw)
+				}
+				st1, hidden := e.call("DELETE", "/api/chats/"+g.ChatID+"/messages/"+away, e.token("bob"), nil)
+				st2, unknown := e.call("DELETE", "/api/chats/"+g.ChatID+"/messages/01NOSUCHMESSAGE0000000000", e.token("bob"), nil)
+				if st1 != http.StatusNotFound || st2 != http.StatusNotFound ||
+					strings.ReplaceAll(string(hidden), away, "X") != strings.ReplaceAll(string(unknown), "01NOSUCHMESSAGE0000000000", "X") {
+					t.Errorf("an admin's DELETE of a message hidden from him: %d %s; of an unknown id: %d %s; want the same 404", st1, hidden, st2, unknown)
+				}
+				for _, m := range e.history("carol", g.ChatID, "") {
+					if m.MessageID == away && (m.Deleted || m.Body == "") {
+						t.Errorf("the message hidden from bob was deleted by him: carol reads %+v", m)
+					}
+				}
+			}
 		}
 		status, raw := e.call("POST", "/api/chats", e.token("alice"), map[string]any{"kind": "group", "members": []string{"bob"}, "history": "everything"})
 		expectInvalid(t, "an unknown history setting", status, raw)

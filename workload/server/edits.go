@@ -2,6 +2,7 @@ package server
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"time"
 
@@ -34,6 +35,16 @@ func (s *Server) handleDeleteMessage(w http.ResponseWriter, r *http.Request, use
 	if !validChatID(chatID) || messageID == "" || len(messageID) > protocol.MaxIDLen || !text.Valid(messageID) {
 		writeError(w, protocol.CodeInvalid, "chatId and messageId must be 1..128 bytes of valid UTF-8 without U+0000")
 		return
+	}
+	// A message the caller may not see (§7.6) is answered as an unknown
+	// one, before anything is tried: neither a 403 nor a tombstone may
+	// tell that it exists.
+	if seq, ok, err := s.store.MessageSeq(r.Context(), chatID, messageID); err == nil && ok {
+		if hidden, err := s.hidden(r.Context(), chatID, user, seq); err == nil && hidden {
+			err := fmt.Errorf("%w: %q", history.ErrNoMessage, messageID) // word for word an unknown id's answer
+			writeError(w, codeOf(err), clientMessage(err))
+			return
+		}
 	}
 	// Each delete gets its own key: a second delete of the same message is
 	// answered from the store's state (ErrDeleted), not as a resend.

@@ -38,21 +38,31 @@ func (s *Server) readTarget(ctx context.Context, user, chatID, messageID string)
 	case !ok:
 		return fail(metrics.ReasonNotFound, protocol.CodeNotFound, "messageId is not a message of this chat; nothing changed")
 	}
-	mh, err := s.chats.memberHistory(ctx, chatID)
-	if err != nil {
+	// A message committed while the reader was not a member is none of
+	// its messages (§7.6): not_found, as for an unknown id, so a receipt
+	// cannot tell that it exists.
+	hidden, err := s.hidden(ctx, chatID, user, seq)
+	switch {
+	case err != nil:
 		return fail(metrics.ReasonUnavailable, protocol.CodeOverloaded, "read receipt not stored: the store is unavailable")
-	}
-	if mh {
-		// A message committed while the reader was not a member is none
-		// of its messages (§7.6): not_found, as for an unknown id, so a
-		// receipt cannot tell that it exists.
-		sees, err := s.store.Sees(ctx, chatID, user, seq)
-		switch {
-		case err != nil:
-			return fail(metrics.ReasonUnavailable, protocol.CodeOverloaded, "read receipt not stored: the store is unavailable")
-		case !sees:
-			return fail(metrics.ReasonNotFound, protocol.CodeNotFound, "messageId is not a message of this chat; nothing changed")
-		}
+	case hidden:
+		return fail(metrics.ReasonNotFound, protocol.CodeNotFound, "messageId is not a message of this chat; nothing changed")
 	}
 	return seq, "", ""
+}
+
+// hidden reports whether the message of Seq seq of chatID is one user, a
+// member, may not see: one of a "member" group committed before user
+// joined or while it was away (PROTOCOL.md §7.6). A shared chat (the
+// setting is cached) costs no store call.
+func (s *Server) hidden(ctx context.Context, chatID, user string, seq int64) (bool, error) {
+	mh, err := s.chats.memberHistory(ctx, chatID)
+	if err != nil || !mh {
+		return false, err
+	}
+	sees, err := s.store.Sees(ctx, chatID, user, seq)
+	if errors.Is(err, history.ErrNotMember) || errors.Is(err, history.ErrNotFound) {
+		return false, nil // the caller's own checks answer these
+	}
+	return !sees, err
 }

@@ -96,16 +96,24 @@ type ChatAPI interface {
 	// Rename sets a group's title (trimmed, CheckGroup's title rule) on
 	// behalf of by, who must be an admin (§7.5). Errors: ErrInvalid for bad
 	// input or a direct chat, ErrNotFound, ErrNotMember, ErrForbidden.
-	Rename(ctx context.Context, chatID, by, title string) (Chat, error)
+	//
+	// Rename, AddAdmin and RemoveAdmin return the chat after the call and
+	// changed: whether it changed anything, decided in the change's own
+	// transaction under the chat's lock (a no-op writes nothing and
+	// commits nothing). A caller sends §7.5's "updated" only when changed
+	// is true; comparing the chat before and after from outside would race
+	// a concurrent change of the same chat.
+	Rename(ctx context.Context, chatID, by, title string) (chat Chat, changed bool, err error)
 	// AddAdmin makes the member user an admin on behalf of the admin by
-	// (§7.5); already one is a no-op. Errors as Rename, plus ErrInvalid
-	// when user is not a member.
-	AddAdmin(ctx context.Context, chatID, by, user string) (Chat, error)
+	// (§7.5); already one is a no-op (changed false). Errors as Rename,
+	// plus ErrInvalid when user is not a member.
+	AddAdmin(ctx context.Context, chatID, by, user string) (chat Chat, changed bool, err error)
 	// RemoveAdmin is user stepping down (by must equal user, else
-	// ErrForbidden; not an admin is a no-op). A group never loses its
-	// last admin: when none remain the member who joined earliest becomes
-	// one (the one stepping down, when it is alone).
-	RemoveAdmin(ctx context.Context, chatID, by, user string) (Chat, error)
+	// ErrForbidden; not an admin is a no-op, changed false). A group never
+	// loses its last admin: when none remain the member who joined
+	// earliest becomes one (the one stepping down, when it is alone: a
+	// no-op too).
+	RemoveAdmin(ctx context.Context, chatID, by, user string) (chat Chat, changed bool, err error)
 	// Sees reports whether user, a member of chatID, may read its message
 	// of Seq seq (PROTOCOL.md §7.6: in a "member" group, only what was
 	// committed while user was a member; in a shared one, all). An unknown

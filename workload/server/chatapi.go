@@ -123,7 +123,7 @@ func (s *Server) handleRename(w http.ResponseWriter, r *http.Request, user strin
 		writeError(w, protocol.CodeInvalid, "title must be at most 200 bytes of UTF-8 without U+0000")
 		return
 	}
-	s.adminChange(w, r, user, func(ctx context.Context) (history.Chat, error) {
+	s.adminChange(w, r, user, func(ctx context.Context) (history.Chat, bool, error) {
 		return s.store.Rename(ctx, chatID, user, *req.Title)
 	})
 }
@@ -146,7 +146,7 @@ func (s *Server) handleAddAdmin(w http.ResponseWriter, r *http.Request, user str
 		writeError(w, protocol.CodeInvalid, "userId: "+clientMessage(err))
 		return
 	}
-	s.adminChange(w, r, user, func(ctx context.Context) (history.Chat, error) {
+	s.adminChange(w, r, user, func(ctx context.Context) (history.Chat, bool, error) {
 		return s.store.AddAdmin(ctx, chatID, user, req.UserID)
 	})
 }
@@ -167,21 +167,25 @@ func (s *Server) handleRemoveAdmin(w http.ResponseWriter, r *http.Request, user 
 		writeError(w, protocol.CodeInvalid, "userId: "+clientMessage(err))
 		return
 	}
-	s.adminChange(w, r, user, func(ctx context.Context) (history.Chat, error) {
+	s.adminChange(w, r, user, func(ctx context.Context) (history.Chat, bool, error) {
 		return s.store.RemoveAdmin(ctx, chatID, user, target)
 	})
 }
 
 // adminChange runs change; on success it sends "updated" to every member's
-// devices (on every process) and answers 200 with the chat as the caller
-// sees it.
-func (s *Server) adminChange(w http.ResponseWriter, r *http.Request, user string, change func(context.Context) (history.Chat, error)) {
-	chat, err := change(r.Context())
+// devices (on every process) when the store says the call changed the
+// chat (a no-op of PROTOCOL.md §7.5 sends nothing: renaming to the same
+// title, making an admin of an admin, stepping down when not an admin or
+// alone), and answers 200 with the chat as the caller sees it either way.
+func (s *Server) adminChange(w http.ResponseWriter, r *http.Request, user string, change func(context.Context) (history.Chat, bool, error)) {
+	chat, changed, err := change(r.Context())
 	if err != nil {
 		writeStoreError(w, err)
 		return
 	}
-	s.chatUpdated(r.Context(), chat)
+	if changed {
+		s.chatUpdated(r.Context(), chat)
+	}
 	writeJSON(w, http.StatusOK, s.callerView(r.Context(), chat, user))
 }
 

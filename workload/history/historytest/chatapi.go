@@ -22,6 +22,7 @@ var chatAPITests = []struct {
 	{"ChatListPaging", testChatListPaging},
 	{"ChatFor", testChatFor},
 	{"Admins", testAdmins},
+	{"AdminNoOps", testAdminNoOps},
 	{"LastAdminLeaves", testLastAdminLeaves},
 	{"LastMemberLeavesClosesGroup", testLastMemberLeaves},
 	{"HistoryMember", testHistoryMember},
@@ -295,22 +296,22 @@ func testAdmins(t *testing.T, s history.Store) {
 	if c, err := s.Chat(ctx, g.ID); err != nil || !slices.Equal(c.Admins, []string{"alice"}) {
 		t.Errorf("Chat admins = %v, %v", c.Admins, err)
 	}
-	if _, err := s.Rename(ctx, g.ID, "bob", "Bob's"); !errors.Is(err, history.ErrForbidden) {
+	if _, _, err := s.Rename(ctx, g.ID, "bob", "Bob's"); !errors.Is(err, history.ErrForbidden) {
 		t.Errorf("rename by a non-admin = %v, want ErrForbidden", err)
 	}
-	if _, err := s.Rename(ctx, g.ID, "eve", "Eve's"); !errors.Is(err, history.ErrNotMember) {
+	if _, _, err := s.Rename(ctx, g.ID, "eve", "Eve's"); !errors.Is(err, history.ErrNotMember) {
 		t.Errorf("rename by a non-member = %v, want ErrNotMember", err)
 	}
-	if _, err := s.AddAdmin(ctx, g.ID, "bob", "bob"); !errors.Is(err, history.ErrForbidden) {
+	if _, _, err := s.AddAdmin(ctx, g.ID, "bob", "bob"); !errors.Is(err, history.ErrForbidden) {
 		t.Errorf("AddAdmin by a non-admin = %v, want ErrForbidden", err)
 	}
-	if _, err := s.AddAdmin(ctx, g.ID, "alice", "eve"); !errors.Is(err, history.ErrInvalid) {
+	if _, _, err := s.AddAdmin(ctx, g.ID, "alice", "eve"); !errors.Is(err, history.ErrInvalid) {
 		t.Errorf("AddAdmin of a non-member = %v, want ErrInvalid", err)
 	}
 	if c, _ := s.Chat(ctx, g.ID); c.Title != "Team" || !slices.Equal(c.Admins, []string{"alice"}) {
 		t.Errorf("refused changes changed the chat: %+v", c)
 	}
-	c, err := s.AddAdmin(ctx, g.ID, "alice", "bob")
+	c, _, err := s.AddAdmin(ctx, g.ID, "alice", "bob")
 	if err != nil || !slices.Equal(c.Admins, []string{"alice", "bob"}) {
 		t.Fatalf("AddAdmin(bob) = %v, %v; want admins [alice bob]", c.Admins, err)
 	}
@@ -323,10 +324,10 @@ func testAdmins(t *testing.T, s history.Store) {
 	if _, err := s.IsAdmin(ctx, "c_nosuch", "bob"); !errors.Is(err, history.ErrNotFound) {
 		t.Errorf("IsAdmin(unknown chat) = %v, want ErrNotFound", err)
 	}
-	if c, err := s.Rename(ctx, g.ID, "bob", "  Renamed  "); err != nil || c.Title != "Renamed" {
+	if c, _, err := s.Rename(ctx, g.ID, "bob", "  Renamed  "); err != nil || c.Title != "Renamed" {
 		t.Errorf("rename by the new admin = %+v, %v", c, err)
 	}
-	if _, err := s.Rename(ctx, g.ID, "bob", string(make([]byte, history.MaxTitleBytes+1))); !errors.Is(err, history.ErrInvalid) {
+	if _, _, err := s.Rename(ctx, g.ID, "bob", string(make([]byte, history.MaxTitleBytes+1))); !errors.Is(err, history.ErrInvalid) {
 		t.Errorf("rename to an over-long title = %v, want ErrInvalid", err)
 	}
 	if c, _, err := s.RemoveMember(ctx, g.ID, "bob", "carol"); err != nil || c.HasMember("carol") {
@@ -335,33 +336,74 @@ func testAdmins(t *testing.T, s history.Store) {
 	if _, _, err := s.RemoveMember(ctx, g.ID, "dave", "alice"); !errors.Is(err, history.ErrForbidden) {
 		t.Errorf("a non-admin removes an admin = %v, want ErrForbidden", err)
 	}
-	if _, err := s.RemoveAdmin(ctx, g.ID, "bob", "alice"); !errors.Is(err, history.ErrForbidden) {
+	if _, _, err := s.RemoveAdmin(ctx, g.ID, "bob", "alice"); !errors.Is(err, history.ErrForbidden) {
 		t.Errorf("an admin removes another admin = %v, want ErrForbidden (only stepping down)", err)
 	}
-	c, err = s.RemoveAdmin(ctx, g.ID, "alice", "alice")
+	c, _, err = s.RemoveAdmin(ctx, g.ID, "alice", "alice")
 	if err != nil || !slices.Equal(c.Admins, []string{"bob"}) {
 		t.Errorf("alice steps down = %v, %v; want [bob]", c.Admins, err)
 	}
-	if c, err := s.RemoveAdmin(ctx, g.ID, "dave", "dave"); err != nil || !slices.Equal(c.Admins, []string{"bob"}) {
+	if c, _, err := s.RemoveAdmin(ctx, g.ID, "dave", "dave"); err != nil || !slices.Equal(c.Admins, []string{"bob"}) {
 		t.Errorf("a non-admin steps down (no-op) = %v, %v", c.Admins, err)
 	}
 	// The only admin stepping down: the earliest-joined other member
 	// takes over (alice and dave joined together at the creation; alice's
 	// id sorts first).
-	c, err = s.RemoveAdmin(ctx, g.ID, "bob", "bob")
+	c, _, err = s.RemoveAdmin(ctx, g.ID, "bob", "bob")
 	if err != nil || !slices.Equal(c.Admins, []string{"alice"}) {
 		t.Errorf("the last admin steps down = %v, %v; want [alice]", c.Admins, err)
 	}
-	c, err = s.RemoveAdmin(ctx, g.ID, "alice", "alice")
+	c, _, err = s.RemoveAdmin(ctx, g.ID, "alice", "alice")
 	if err != nil || len(c.Admins) != 1 || c.IsAdmin("alice") {
 		t.Errorf("alice, the earliest joined, steps down as the last admin = %v, %v; want another member", c.Admins, err)
 	}
 	d := mustDirect(t, s, "alice", "bob")
-	if _, err := s.Rename(ctx, d.ID, "alice", "x"); !errors.Is(err, history.ErrInvalid) {
+	if _, _, err := s.Rename(ctx, d.ID, "alice", "x"); !errors.Is(err, history.ErrInvalid) {
 		t.Errorf("rename a direct chat = %v, want ErrInvalid", err)
 	}
-	if _, err := s.AddAdmin(ctx, d.ID, "alice", "bob"); !errors.Is(err, history.ErrInvalid) {
+	if _, _, err := s.AddAdmin(ctx, d.ID, "alice", "bob"); !errors.Is(err, history.ErrInvalid) {
 		t.Errorf("AddAdmin in a direct chat = %v, want ErrInvalid", err)
+	}
+}
+
+// testAdminNoOps: Rename, AddAdmin and RemoveAdmin report whether they
+// changed the chat (the server sends PROTOCOL.md §7.5's "updated" only
+// then): a rename to the same title (after trimming), making an admin of
+// an admin, stepping down when not an admin, and stepping down alone in
+// the group (made admin again) change nothing and report so; the real
+// changes report changed.
+func testAdminNoOps(t *testing.T, s history.Store) {
+	ctx := ctxFor(t)
+	g := mustGroup(t, s, "alice", "Team", "bob")
+	type call struct {
+		name    string
+		do      func() (history.Chat, bool, error)
+		changed bool
+		title   string
+		admins  []string
+	}
+	for _, c := range []call{
+		{"rename to the same title", func() (history.Chat, bool, error) { return s.Rename(ctx, g.ID, "alice", " Team  ") }, false, "Team", []string{"alice"}},
+		{"make an admin of an admin", func() (history.Chat, bool, error) { return s.AddAdmin(ctx, g.ID, "alice", "alice") }, false, "Team", []string{"alice"}},
+		{"a non-admin steps down", func() (history.Chat, bool, error) { return s.RemoveAdmin(ctx, g.ID, "bob", "bob") }, false, "Team", []string{"alice"}},
+		{"rename", func() (history.Chat, bool, error) { return s.Rename(ctx, g.ID, "alice", "Crew") }, true, "Crew", []string{"alice"}},
+		{"make bob an admin", func() (history.Chat, bool, error) { return s.AddAdmin(ctx, g.ID, "alice", "bob") }, true, "Crew", []string{"alice", "bob"}},
+		{"make bob an admin again", func() (history.Chat, bool, error) { return s.AddAdmin(ctx, g.ID, "bob", "bob") }, false, "Crew", []string{"alice", "bob"}},
+		{"alice steps down", func() (history.Chat, bool, error) { return s.RemoveAdmin(ctx, g.ID, "alice", "alice") }, true, "Crew", []string{"bob"}},
+		{"alice steps down again", func() (history.Chat, bool, error) { return s.RemoveAdmin(ctx, g.ID, "alice", "alice") }, false, "Crew", []string{"bob"}},
+		{"alice leaves", func() (history.Chat, bool, error) {
+			c, _, err := s.RemoveMember(ctx, g.ID, "alice", "alice")
+			return c, true, err
+		}, true, "Crew", []string{"bob"}},
+		{"bob, alone, steps down", func() (history.Chat, bool, error) { return s.RemoveAdmin(ctx, g.ID, "bob", "bob") }, false, "Crew", []string{"bob"}},
+	} {
+		got, changed, err := c.do()
+		if err != nil || changed != c.changed || got.Title != c.title || !slices.Equal(got.Admins, c.admins) {
+			t.Errorf("%s = title %q admins %v, changed %v, %v; want %q %v, changed %v", c.name, got.Title, got.Admins, changed, err, c.title, c.admins, c.changed)
+		}
+		if stored, err := s.Chat(ctx, g.ID); err != nil || stored.Title != c.title || !slices.Equal(stored.Admins, c.admins) {
+			t.Errorf("after %s: stored title %q admins %v, %v", c.name, stored.Title, stored.Admins, err)
+		}
 	}
 }
 

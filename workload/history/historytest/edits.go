@@ -269,7 +269,7 @@ func testDeleteRules(t *testing.T, s history.Store) {
 	}
 	// Any admin, not only the creator: bob, once made one, deletes
 	// alice's message (PROTOCOL.md §7.5).
-	if _, err := s.AddAdmin(ctxFor(t), g.ID, "alice", "bob"); err != nil {
+	if _, _, err := s.AddAdmin(ctxFor(t), g.ID, "alice", "bob"); err != nil {
 		t.Fatalf("AddAdmin: %v", err)
 	}
 	if r := MustCommit(t, s, DeleteDraft(g.ID, "bob", "b5", byAlice.ID))[0]; !r.Original.Deleted {
@@ -287,10 +287,10 @@ func testDeleteByAdmins(t *testing.T, s history.Store) {
 	byDave2 := MustCommit(t, s, Draft(g.ID, "dave", "d2", "dave's two"))[0].Message
 	byAlice := MustCommit(t, s, Draft(g.ID, "alice", "a1", "alice's"))[0].Message
 	wantErr(t, "carol (not an admin) deletes dave's", commit(t, s, DeleteDraft(g.ID, "carol", "c1", byDave.ID))[0].Err, history.ErrForbidden)
-	if _, err := s.AddAdmin(ctx, g.ID, "alice", "bob"); err != nil {
+	if _, _, err := s.AddAdmin(ctx, g.ID, "alice", "bob"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.AddAdmin(ctx, g.ID, "alice", "carol"); err != nil {
+	if _, _, err := s.AddAdmin(ctx, g.ID, "alice", "carol"); err != nil {
 		t.Fatal(err)
 	}
 	// bob, a second admin, deletes dave's message and the creator's.
@@ -301,7 +301,7 @@ func testDeleteByAdmins(t *testing.T, s history.Store) {
 		}
 	}
 	// carol steps down: it may no longer delete another's message.
-	if _, err := s.RemoveAdmin(ctx, g.ID, "carol", "carol"); err != nil {
+	if _, _, err := s.RemoveAdmin(ctx, g.ID, "carol", "carol"); err != nil {
 		t.Fatal(err)
 	}
 	wantErr(t, "carol (stepped down) deletes dave's", commit(t, s, DeleteDraft(g.ID, "carol", "c2", byDave2.ID))[0].Err, history.ErrForbidden)

@@ -243,50 +243,67 @@ func RemoveMember(ctx context.Context, b Backend, chatID, by, user string) (hist
 
 // change runs fn in one transaction with the chat's row locked
 // (ChangeTx.LockChat, so concurrent changes of one chat serialize) and the
-// chat as read after the lock, and returns the chat as read after fn. fn
-// returns false to change nothing (the chat is then returned as read).
-func change(ctx context.Context, b Backend, op, chatID string, fn func(tx ChangeTx, c history.Chat) (bool, error)) (history.Chat, error) {
+// chat as read after the lock, and returns the chat as read after fn and
+// whether the change changed it. fn returns false to change nothing (the
+// chat is then returned as read, and changed is false). When fn wrote but
+// the chat reads the same as before (its title and admins, in order: a
+// member alone stepping down is made admin again by KeepAdmin), the
+// transaction is rolled back and changed is false too, so a no-op leaves
+// the stored chat as it was (admin_at included). Deciding it here, under
+// the chat's lock, is what lets a caller skip the "updated" event of
+// PROTOCOL.md §7.5 without racing a concurrent change.
+func change(ctx context.Context, b Backend, op, chatID string, fn func(tx ChangeTx, c history.Chat) (bool, error)) (history.Chat, bool, error) {
 	tx, c, err := begin(ctx, b, op, chatID, false, true)
 	if err != nil {
-		return history.Chat{}, err
+		return history.Chat{}, false, err
 	}
 	defer tx.Rollback()
-	changed, err := fn(tx, c)
+	wrote, err := fn(tx, c)
 	if err != nil {
-		return history.Chat{}, err
+		return history.Chat{}, false, err
 	}
-	if changed {
-		if c, err = tx.Chat(ctx, chatID); err != nil {
-			return history.Chat{}, err
-		}
+	if !wrote {
+		return c, false, nil // the deferred rollback ends the transaction, which wrote nothing
+	}
+	after, err := tx.Chat(ctx, chatID)
+	if err != nil {
+		return history.Chat{}, false, err
+	}
+	if after.Title == c.Title && slices.Equal(after.Admins, c.Admins) {
+		return c, false, nil // rolled back: nothing a member sees changed
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return history.Chat{}, err
+		return history.Chat{}, false, err
 	}
-	return c, nil
+	return after, true, nil
 }
 
-// Rename implements history.ChatAPI.Rename on b.
-func Rename(ctx context.Context, b Backend, chatID, by, title string) (history.Chat, error) {
+// Rename implements history.ChatAPI.Rename on b: renaming to the title
+// the group has (after trimming) changes nothing (changed false).
+func Rename(ctx context.Context, b Backend, chatID, by, title string) (history.Chat, bool, error) {
 	if err := ValidUser("user id", by); err != nil {
-		return history.Chat{}, err
+		return history.Chat{}, false, err
 	}
 	title, err := history.CheckTitle(title)
 	if err != nil {
-		return history.Chat{}, err
+		return history.Chat{}, false, err
 	}
 	return change(ctx, b, "rename", chatID, func(tx ChangeTx, c history.Chat) (bool, error) {
 		if err := history.CheckAdminChange(c, by, "rename it"); err != nil {
 			return false, err
 		}
+		if c.Title == title {
+			return false, nil
+		}
 		return true, tx.SetTitle(ctx, chatID, title)
 	})
 }
 
-// AddAdmin implements history.ChatAPI.AddAdmin on b.
-func AddAdmin(ctx context.Context, b Backend, chatID, by, user string) (history.Chat, error) {
+// AddAdmin implements history.ChatAPI.AddAdmin on b: making an admin of
+// an admin changes nothing (changed false).
+func AddAdmin(ctx context.Context, b Backend, chatID, by, user string) (history.Chat, bool, error) {
 	if err := validPair(by, "userId", user); err != nil {
-		return history.Chat{}, err
+		return history.Chat{}, false, err
 	}
 	return change(ctx, b, "add admin", chatID, func(tx ChangeTx, c history.Chat) (bool, error) {
 		if err := history.CheckAdminChange(c, by, "make admins"); err != nil {
@@ -303,10 +320,12 @@ func AddAdmin(ctx context.Context, b Backend, chatID, by, user string) (history.
 }
 
 // RemoveAdmin implements history.ChatAPI.RemoveAdmin on b: an admin steps
-// down; the group keeps an admin (ChangeTx.KeepAdmin).
-func RemoveAdmin(ctx context.Context, b Backend, chatID, by, user string) (history.Chat, error) {
+// down; the group keeps an admin (ChangeTx.KeepAdmin). A member who is not
+// an admin, or an admin alone in its group (it would be made admin again),
+// changes nothing (changed false).
+func RemoveAdmin(ctx context.Context, b Backend, chatID, by, user string) (history.Chat, bool, error) {
 	if err := validPair(by, "userId", user); err != nil {
-		return history.Chat{}, err
+		return history.Chat{}, false, err
 	}
 	return change(ctx, b, "remove admin", chatID, func(tx ChangeTx, c history.Chat) (bool, error) {
 		switch {

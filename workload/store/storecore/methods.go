@@ -65,7 +65,7 @@ func (m Methods) ChatList(ctx context.Context, user, cursor string, limit int) (
 }
 
 // Rename implements history.ChatAPI (the package function Rename).
-func (m Methods) Rename(ctx context.Context, chatID, by, title string) (history.Chat, error) {
+func (m Methods) Rename(ctx context.Context, chatID, by, title string) (history.Chat, bool, error) {
 	return Rename(ctx, m.Backend, chatID, by, title)
 }
 
@@ -75,12 +75,12 @@ func (m Methods) Sees(ctx context.Context, chatID, user string, seq int64) (bool
 }
 
 // AddAdmin implements history.ChatAPI (the package function AddAdmin).
-func (m Methods) AddAdmin(ctx context.Context, chatID, by, user string) (history.Chat, error) {
+func (m Methods) AddAdmin(ctx context.Context, chatID, by, user string) (history.Chat, bool, error) {
 	return AddAdmin(ctx, m.Backend, chatID, by, user)
 }
 
 // RemoveAdmin implements history.ChatAPI (the package function
 // RemoveAdmin).
-func (m Methods) RemoveAdmin(ctx context.Context, chatID, by, user string) (history.Chat, error) {
+func (m Methods) RemoveAdmin(ctx context.Context, chatID, by, user string) (history.Chat, bool, error) {
 	return RemoveAdmin(ctx, m.Backend, chatID, by, user)
 }

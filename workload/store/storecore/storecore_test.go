@@ -15,13 +15,15 @@ import (
 
 // fake is a Backend whose transactions record the calls made on them.
 type fake struct {
-	chat  history.Chat // what Chat reads (before and after the change)
+	chat  history.Chat // what Chat reads; SetTitle, SetAdmin and KeepAdmin change the transaction's copy, Commit keeps it
 	calls []string
 }
 
 func (f *fake) Begin(_ context.Context, op string) (ChangeTx, error) {
 	f.calls = append(f.calls, "begin "+op)
-	return &fakeTx{f}, nil
+	c := f.chat
+	c.Admins = slices.Clone(c.Admins)
+	return &fakeTx{f: f, chat: c}, nil
 }
 func (f *fake) Read(context.Context, string) (ReadTx, error) { return nil, errors.New("no reads") }
 func (f *fake) InsertGroup(context.Context, history.Chat) error {
@@ -29,7 +31,10 @@ func (f *fake) InsertGroup(context.Context, history.Chat) error {
 	return nil
 }
 
-type fakeTx struct{ f *fake }
+type fakeTx struct {
+	f    *fake
+	chat history.Chat // the chat as this transaction wrote it
+}
 
 func (t *fakeTx) call(format string, args ...any) error {
 	t.f.calls = append(t.f.calls, fmt.Sprintf(format, args...))
@@ -39,10 +44,12 @@ func (t *fakeTx) LockAppend(context.Context) error           { return t.call("lo
 func (t *fakeTx) LockChat(_ context.Context, c string) error { return t.call("lock chat %s", c) }
 func (t *fakeTx) Chat(_ context.Context, c string) (history.Chat, error) {
 	_ = t.call("chat %s", c)
-	if c != t.f.chat.ID {
+	if c != t.chat.ID {
 		return history.Chat{}, NotFound(c)
 	}
-	return t.f.chat, nil
+	c2 := t.chat // a read of its own, as a store's is
+	c2.Admins = slices.Clone(c2.Admins)
+	return c2, nil
 }
 func (t *fakeTx) MaxSeq(context.Context) (int64, error) { return 7, t.call("max seq") }
 func (t *fakeTx) InsertMember(_ context.Context, c, u string, _ int64) error {
@@ -55,18 +62,36 @@ func (t *fakeTx) DeleteMember(_ context.Context, c, u string) error {
 	return t.call("delete member %s %s", c, u)
 }
 func (t *fakeTx) KeepAdmin(_ context.Context, c string, _ int64, down string) error {
+	if len(t.chat.Admins) == 0 && len(t.chat.Members) > 0 {
+		next := down
+		for _, m := range t.chat.Members {
+			if m != down {
+				next = m
+				break
+			}
+		}
+		t.chat.Admins = []string{next}
+	}
 	return t.call("keep admin %s %q", c, down)
 }
 func (t *fakeTx) CloseChat(_ context.Context, c string) error { return t.call("close %s", c) }
 func (t *fakeTx) BumpEpoch(context.Context) error             { return t.call("bump epoch") }
 func (t *fakeTx) SetTitle(_ context.Context, c, title string) error {
+	t.chat.Title = title
 	return t.call("set title %s %q", c, title)
 }
 func (t *fakeTx) SetAdmin(_ context.Context, c, u string, at int64) error {
+	t.chat.Admins = slices.DeleteFunc(t.chat.Admins, func(a string) bool { return a == u })
+	if at > 0 {
+		t.chat.Admins = append(t.chat.Admins, u)
+	}
 	return t.call("set admin %s %s %v", c, u, at > 0)
 }
-func (t *fakeTx) Commit(context.Context) error { return t.call("commit") }
-func (t *fakeTx) Rollback()                    { _ = t.call("rollback") }
+func (t *fakeTx) Commit(context.Context) error {
+	t.f.chat = t.chat
+	return t.call("commit")
+}
+func (t *fakeTx) Rollback() { _ = t.call("rollback") }
 
 func group(members ...string) history.Chat {
 	return history.Chat{ID: "g", Kind: history.KindGroup, CreatedBy: members[0], Members: members,
@@ -143,7 +168,7 @@ func TestChangeScripts(t *testing.T) {
 		func(f *fake) error { _, err := AddMember(ctx, f, "g", "a", "x\x00"); return err },
 		func(f *fake) error { _, _, err := RemoveMember(ctx, f, "g", "a\n", "b"); return err },
 		func(f *fake) error {
-			_, err := Rename(ctx, f, "g", "a", strings.Repeat("t", history.MaxTitleBytes+1))
+			_, _, err := Rename(ctx, f, "g", "a", strings.Repeat("t", history.MaxTitleBytes+1))
 			return err
 		},
 	} {
@@ -161,22 +186,72 @@ func TestChangeScripts(t *testing.T) {
 	want(t, f)
 
 	f = &fake{chat: group("a", "b")}
-	if _, err = RemoveAdmin(ctx, f, "g", "a", "a"); err != nil {
-		t.Fatal(err)
+	if _, changed, err := RemoveAdmin(ctx, f, "g", "a", "a"); err != nil || !changed {
+		t.Fatalf("RemoveAdmin: changed %v, %v", changed, err)
 	}
 	want(t, f, "begin remove admin", "lock chat g", "chat g", "set admin g a false", `keep admin g "a"`, "chat g", "commit", "rollback")
 
 	f = &fake{chat: group("a", "b")}
-	if _, err = AddAdmin(ctx, f, "g", "a", "b"); err != nil {
-		t.Fatal(err)
+	if _, changed, err := AddAdmin(ctx, f, "g", "a", "b"); err != nil || !changed {
+		t.Fatalf("AddAdmin: changed %v, %v", changed, err)
 	}
 	want(t, f, "begin add admin", "lock chat g", "chat g", "set admin g b true", "chat g", "commit", "rollback")
 
 	f = &fake{chat: group("a", "b")}
-	if _, err = Rename(ctx, f, "g", "b", "x"); !errors.Is(err, history.ErrForbidden) {
+	if _, _, err := Rename(ctx, f, "g", "b", "x"); !errors.Is(err, history.ErrForbidden) {
 		t.Fatalf("a non-admin renaming: %v", err)
 	}
 	want(t, f, "begin rename", "lock chat g", "chat g", "rollback")
+
+	f = &fake{chat: group("a", "b")}
+	if c, changed, err := Rename(ctx, f, "g", "a", " x "); err != nil || !changed || c.Title != "x" {
+		t.Fatalf("Rename: %+v, changed %v, %v", c, changed, err)
+	}
+	want(t, f, "begin rename", "lock chat g", "chat g", `set title g "x"`, "chat g", "commit", "rollback")
+}
+
+// TestChangeNoOps: a change that changes nothing (PROTOCOL.md §7.5)
+// reports changed false and commits nothing, so the server sends no
+// "updated" event: renaming to the same title (after trimming), making an
+// admin of an admin, a member who is not an admin stepping down, and an
+// admin alone in its group stepping down (KeepAdmin makes it admin again:
+// written, then rolled back).
+func TestChangeNoOps(t *testing.T) {
+	ctx := context.Background()
+	titled := func(title string, members ...string) history.Chat {
+		c := group(members...)
+		c.Title = title
+		return c
+	}
+	for _, tc := range []struct {
+		name   string
+		chat   history.Chat
+		call   func(f *fake) (history.Chat, bool, error)
+		script []string
+	}{
+		{"rename to the same title", titled("Team", "a", "b"),
+			func(f *fake) (history.Chat, bool, error) { return Rename(ctx, f, "g", "a", "  Team ") },
+			[]string{"begin rename", "lock chat g", "chat g", "rollback"}},
+		{"make an admin of an admin", group("a", "b"),
+			func(f *fake) (history.Chat, bool, error) { return AddAdmin(ctx, f, "g", "a", "a") },
+			[]string{"begin add admin", "lock chat g", "chat g", "rollback"}},
+		{"step down when not an admin", group("a", "b"),
+			func(f *fake) (history.Chat, bool, error) { return RemoveAdmin(ctx, f, "g", "b", "b") },
+			[]string{"begin remove admin", "lock chat g", "chat g", "rollback"}},
+		{"the only member steps down", group("a"),
+			func(f *fake) (history.Chat, bool, error) { return RemoveAdmin(ctx, f, "g", "a", "a") },
+			[]string{"begin remove admin", "lock chat g", "chat g", "set admin g a false", `keep admin g "a"`, "chat g", "rollback"}},
+	} {
+		f := &fake{chat: tc.chat}
+		c, changed, err := tc.call(f)
+		if err != nil || changed {
+			t.Errorf("%s: changed %v, %v; want a no-op", tc.name, changed, err)
+		}
+		if c.Title != tc.chat.Title || !slices.Equal(c.Admins, tc.chat.Admins) {
+			t.Errorf("%s: answered %+v, want the chat as it was", tc.name, c)
+		}
+		want(t, f, tc.script...)
+	}
 }
 
 // TestPurgeCut: the stored cutoff, none before the oldest storable time,

@@ -16,6 +16,13 @@ import (
 // CodeInvalid whose message names the key: unknown ("unknown key
 // \"user\" ..."), in another letter case, repeated, or holding a lone
 // surrogate. Invalid UTF-8 is the caller's to refuse first.
+//
+// A JSON null is refused too, as a key's value ("key \"title\" is null")
+// or anywhere inside it ("members holds a null"): every body of the HTTP
+// API takes strings, arrays of strings or objects, never null, and
+// encoding/json would decode a null as the key's absence (a nil slice,
+// an empty string), so `"members":null` or `"title":null` would be taken
+// for something the client did not write.
 func CheckBody(data []byte, keys []string) error {
 	if !json.Valid(data) {
 		return Errorf(CodeInvalid, "request body is not valid JSON")
@@ -60,11 +67,47 @@ func CheckBody(data []byte, keys []string) error {
 		s.space()
 		s.eat(':')
 		s.space()
+		start := s.i
 		if !s.value() {
 			return Errorf(CodeInvalid, "%s holds an unpaired UTF-16 surrogate escape (\\ud800-\\udfff), which is no text", key)
 		}
+		switch nullIn(data[start:s.i]) {
+		case nullValue:
+			return Errorf(CodeInvalid, "key %.40q is null; give it a value or leave the key out", key)
+		case nullInside:
+			return Errorf(CodeInvalid, "%.40s holds a null, which is no value of it", key)
+		}
 		s.space()
 		s.eat(',')
+	}
+}
+
+// Where nullIn found a JSON null.
+const (
+	noNull = iota
+	nullValue
+	nullInside
+)
+
+// nullIn reports whether the JSON value v (valid, as CheckBody checked
+// the whole body first) is null or holds a null in an array or object.
+func nullIn(v []byte) int {
+	v = bytes.TrimSpace(v)
+	if string(v) == "null" {
+		return nullValue
+	}
+	if len(v) == 0 || (v[0] != '[' && v[0] != '{') || !bytes.Contains(v, []byte("null")) {
+		return noNull // a string, number or boolean; or no null at all
+	}
+	dec := json.NewDecoder(bytes.NewReader(v))
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return noNull
+		}
+		if tok == nil {
+			return nullInside
+		}
 	}
 }
 

@@ -24,6 +24,11 @@ func TestCheckBody(t *testing.T) {
 		{`{"t\ud800":"x"}`, `a key holds an unpaired`},
 		{`[1]`, `must be a JSON object`},
 		{`{"kind":`, `not valid JSON`},
+		{`{"members":null}`, `key "members" is null`},
+		{`{"title" : null , "kind":"group"}`, `key "title" is null`},
+		{`{"kind":"group","members":["bob",null]}`, `members holds a null`},
+		{`{"members":["null","bob"],"title":"null"}`, ""},
+		{`{"members":[[null]]}`, `members holds a null`},
 	} {
 		err := CheckBody([]byte(tc.body), keys)
 		switch {

@@ -411,6 +411,9 @@ func (e *env) createDirect(user, peer string) chatJSON {
 
 func (e *env) createGroup(user, title string, members ...string) chatJSON {
 	e.t.Helper()
+	if members == nil {
+		members = []string{} // not null: PROTOCOL.md §7.7 refuses a null
+	}
 	status, raw := e.call("POST", "/api/chats", e.token(user), map[string]any{"kind": "group", "title": title, "members": members})
 	if status != http.StatusCreated {
 		e.t.Fatalf("create group: %d %s", status, raw)

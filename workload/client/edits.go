@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -78,7 +79,10 @@ type PresenceStatus struct {
 
 // Presence asks for the presence of users (PROTOCOL.md §7.4): the answer
 // holds only those who share a chat with this user; the others are left
-// out. At most 500 users per call.
+// out. At most 500 users per call. The users go as one comma-separated
+// users parameter, or, when an id holds a comma, as users repeated with
+// one id each (docs/PROTOCOL.md, "Presence"; a lone such id is given
+// twice, since one users value is split at its commas).
 func (c *Client) Presence(ctx context.Context, users []string) (map[string]PresenceStatus, error) {
 	if len(users) == 0 {
 		return map[string]PresenceStatus{}, nil
@@ -86,7 +90,14 @@ func (c *Client) Presence(ctx context.Context, users []string) (map[string]Prese
 	var out struct {
 		Presence map[string]PresenceStatus `json:"presence"`
 	}
-	err := c.do(ctx, http.MethodGet, "/api/presence", url.Values{"users": {strings.Join(users, ",")}}, nil, &out)
+	q := url.Values{"users": {strings.Join(users, ",")}}
+	if slices.ContainsFunc(users, func(u string) bool { return strings.Contains(u, ",") }) {
+		q["users"] = slices.Clone(users)
+		if len(users) == 1 {
+			q["users"] = append(q["users"], users[0])
+		}
+	}
+	err := c.do(ctx, http.MethodGet, "/api/presence", q, nil, &out)
 	if out.Presence == nil {
 		out.Presence = map[string]PresenceStatus{}
 	}

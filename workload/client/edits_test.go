@@ -153,4 +153,13 @@ func testClientEdits(t *testing.T, srv *server.Server) {
 	if st, err := bob.Presence(ctx, []string{"dave"}); err != nil || st["dave"].Online || st["dave"].LastSeen == nil {
 		t.Errorf("Presence(dave) after = %+v, %v", st, err)
 	}
+	// A user id with a comma (docs/PROTOCOL.md: users repeated).
+	if _, err := bob.CreateDirect(ctx, "d,e"); err != nil {
+		t.Fatal(err)
+	}
+	for _, ask := range [][]string{{"d,e"}, {"d,e", "dave"}} {
+		if st, err := bob.Presence(ctx, ask); err != nil || len(st) != len(ask) || st["d,e"].Online {
+			t.Errorf("Presence(%q) = %+v, %v, want each offline", ask, st, err)
+		}
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -197,40 +198,56 @@ type presenceJSON struct {
 	LastSeen *time.Time `json:"lastSeen,omitempty"`
 }
 
-// handlePresence is GET /api/presence?users=bob,carol (PROTOCOL.md §7.4):
-// {"presence":{"bob":{"online":true},"carol":{"online":false,"lastSeen":...}}}
-// for the named users who share a chat with the caller; the others are
-// left out, never reported. 400 for no users, more than MaxPresenceUsers,
-// a name that is no user id, users given twice or any other query
-// parameter (strict as bodies are, PROTOCOL.md §7.7); 503 when the store or the record is
-// unavailable.
-func (s *Server) handlePresence(w http.ResponseWriter, r *http.Request, user string) {
-	q := r.URL.Query()
-	for k, v := range q {
-		switch {
-		case k != "users":
-			writeError(w, protocol.CodeInvalid, fmt.Sprintf("unknown query parameter %q; this call takes \"users\"", k))
-			return
-		case len(v) > 1:
-			writeError(w, protocol.CodeInvalid, "users appears twice: give one comma-separated list")
-			return
+// presenceUsers reads the users of GET /api/presence from q, or says in
+// msg what is wrong with q. users given once is split at its commas
+// (PROTOCOL.md §7.4: users=bob,carol); users given more than once is one
+// user id per value, each taken whole, commas included
+// (users=a,b&users=c asks for "a,b" and "c"; one such id alone is asked
+// for by repeating it: users=a,b&users=a,b). Every name must be a user id
+// (text.User: 1..128 bytes of UTF-8 without control characters), so an
+// empty one, as in users=bob,,carol, is refused; at most
+// MaxPresenceUsers names.
+func presenceUsers(q url.Values) (names []string, msg string) {
+	for k := range q {
+		if k != "users" {
+			return nil, fmt.Sprintf("unknown query parameter %q; this call takes \"users\"", k)
 		}
 	}
-	raw := q.Get("users")
-	if raw == "" {
-		writeError(w, protocol.CodeInvalid, "users is required: a comma-separated list of user ids")
-		return
+	switch v := q["users"]; {
+	case len(v) == 0 || len(v) == 1 && v[0] == "":
+		return nil, "users is required: a comma-separated list of user ids, or users repeated with one user id each"
+	case len(v) == 1:
+		names = strings.Split(v[0], ",")
+	default:
+		names = v
 	}
-	names := strings.Split(raw, ",")
 	if len(names) > MaxPresenceUsers {
-		writeError(w, protocol.CodeInvalid, "at most 500 users per request")
-		return
+		return nil, fmt.Sprintf("at most %d users per request", MaxPresenceUsers)
 	}
 	for _, n := range names {
 		if err := text.User("user id", n); err != nil {
-			writeError(w, protocol.CodeInvalid, "users: "+clientMessage(err))
-			return
+			return nil, "users: " + clientMessage(err)
 		}
+	}
+	return names, ""
+}
+
+// handlePresence is GET /api/presence?users=bob,carol (PROTOCOL.md §7.4):
+// {"presence":{"bob":{"online":true},"carol":{"online":false,"lastSeen":...}}}
+// for the named users who share a chat with the caller; the others are
+// left out, never reported.
+//
+// The users are presenceUsers' list: one users parameter is a
+// comma-separated list (§7.4); users repeated is one user id per value,
+// taken whole, so an id holding a comma (user ids may, PROTOCOL.md §1)
+// can be asked for. 400 for no users, more than MaxPresenceUsers, a name
+// that is no user id, or any other query parameter (strict as bodies are,
+// PROTOCOL.md §7.7); 503 when the store or the record is unavailable.
+func (s *Server) handlePresence(w http.ResponseWriter, r *http.Request, user string) {
+	names, msg := presenceUsers(r.URL.Query())
+	if msg != "" {
+		writeError(w, protocol.CodeInvalid, msg)
+		return
 	}
 	known, err := s.presence.watchers(r.Context(), user)
 	if err != nil {

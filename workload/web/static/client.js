@@ -1115,7 +1115,14 @@ export class Client extends EventTarget {
   async lookPresence(chats) {
     const users = [...new Set(chats.flatMap((c) => c.members || []))].filter((u) => u !== this.user).sort();
     for (let i = 0; i < users.length; i += 500) {
-      const q = new URLSearchParams({ users: users.slice(i, i + 500).join(',') });
+      const batch = users.slice(i, i + 500);
+      // One comma-separated users, or (an id holding a comma) users
+      // repeated, one id each; a lone such id twice (docs/PROTOCOL.md).
+      let q = new URLSearchParams({ users: batch.join(',') });
+      if (batch.some((u) => u.includes(','))) {
+        q = new URLSearchParams();
+        for (const u of batch.length === 1 ? [batch[0], batch[0]] : batch) q.append('users', u);
+      }
       try {
         const { presence } = await this.api('GET', `/api/presence?${q}`);
         for (const [u, p] of Object.entries(presence || {})) this.setPresence(u, { online: !!p.online, lastSeen: p.lastSeen });

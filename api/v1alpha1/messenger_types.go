@@ -313,6 +313,14 @@ type LimitsSpec struct {
 	// +kubebuilder:validation:Maximum=100000000
 	// +optional
 	FanoutPerSecond int32 `json:"fanoutPerSecond,omitempty"`
+	// ChatCreatesPerMinute is each user's budget of chats created per
+	// minute on one pod (POST /api/chats; one minute's worth at once); a
+	// creation over it is answered 429 rate_limited. Default 600.
+	// +kubebuilder:default=600
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000000
+	// +optional
+	ChatCreatesPerMinute int32 `json:"chatCreatesPerMinute,omitempty"`
 }
 
 // NudgeSpec is the offline nudge: a webhook the workload POSTs, signed

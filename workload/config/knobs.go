@@ -50,9 +50,9 @@ func cnt(p *int) any           { return p }
 // differ across the three surfaces in a few places, kept for compatibility
 // and recorded here: the key pingTimeout is the CRD's delivery.idleTimeout,
 // outboxRetention is retention.outboxBackstop, historyRetention is
-// retention.history, and the flags --max-body, --max-inflight, --send-rate
-// and --fanout-rate set maxBodyBytes, maxInFlightSends, sendsPerSecond and
-// fanoutPerSecond.
+// retention.history, and the flags --max-body, --max-inflight, --send-rate,
+// --fanout-rate and --chat-create-rate set maxBodyBytes, maxInFlightSends,
+// sendsPerSecond, fanoutPerSecond and chatCreatesPerMinute.
 var Knobs = []Knob{
 	{Key: "lease", Flag: "lease", CRD: "delivery.lease", Kind: Duration, Min: int64(100 * time.Millisecond), Max: int64(time.Hour),
 		Usage: "re-deliver an unacknowledged message after this long", field: func(t *Tuning) any { return dur(&t.Lease) }},
@@ -88,6 +88,8 @@ var Knobs = []Knob{
 		Usage: "per-connection sends per second", field: func(t *Tuning) any { return cnt(&t.SendsPerSecond) }},
 	{Key: "fanoutPerSecond", Flag: "fanout-rate", CRD: "limits.fanoutPerSecond", Kind: Count, Min: 1, Max: 100000000,
 		Usage: "per-user outbox rows per second: a send costs one per member of its chat; over it, rate_limited", field: func(t *Tuning) any { return cnt(&t.FanoutPerSecond) }},
+	{Key: "chatCreatesPerMinute", Flag: "chat-create-rate", CRD: "limits.chatCreatesPerMinute", Kind: Count, Min: 1, Max: 1000000,
+		Usage: "per-user chats created per minute (POST /api/chats), a minute's worth at once; over it, 429 rate_limited", field: func(t *Tuning) any { return cnt(&t.ChatCreatesPerMinute) }},
 }
 
 // Keys are the names of the tuning settings (Knob.Key), as files in a

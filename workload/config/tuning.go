@@ -78,28 +78,40 @@ type Tuning struct {
 	// the send rate for direct chats (1,000 pipelined sends, 2,000 rows)
 	// inside one burst.
 	FanoutPerSecond int
+	// ChatCreatesPerMinute is each user's budget of chats created per
+	// minute on one process (POST /api/chats): a token bucket refilled at
+	// this many a minute that holds one minute's worth, so a burst of
+	// this many goes at once. A creation over it is answered 429
+	// rate_limited with retryAfterMs and Retry-After (PROTOCOL.md §7.7);
+	// a call that creates nothing (the direct chat of a pair that has
+	// one) costs nothing. Before, one client could create chats without
+	// bound. Default 600: ten a second sustained, far above what a person
+	// does, and a burst that lets a client (or a conformance suite) create
+	// the 501 chats that page a chat list at limit=500 without a wait.
+	ChatCreatesPerMinute int
 }
 
 // Default returns the paper's defaults.
 func Default() Tuning {
 	return Tuning{
-		Lease:               10 * time.Second,
-		MaxDeliveryAttempts: 3,
-		MaxPending:          20,
-		PendingTimeout:      5 * time.Second,
-		ReconnectGrace:      0,
-		PingInterval:        15 * time.Second,
-		PingTimeout:         10 * time.Second,
-		GCGrace:             5 * time.Second,
-		GCInterval:          time.Second,
-		OutboxRetention:     26 * time.Hour,
-		HistoryRetention:    90 * 24 * time.Hour,
-		PollInterval:        100 * time.Millisecond,
-		PollBatch:           6000,
-		MaxBodyBytes:        4096,
-		MaxInFlightSends:    64,
-		SendsPerSecond:      50,
-		FanoutPerSecond:     2000,
+		Lease:                10 * time.Second,
+		MaxDeliveryAttempts:  3,
+		MaxPending:           20,
+		PendingTimeout:       5 * time.Second,
+		ReconnectGrace:       0,
+		PingInterval:         15 * time.Second,
+		PingTimeout:          10 * time.Second,
+		GCGrace:              5 * time.Second,
+		GCInterval:           time.Second,
+		OutboxRetention:      26 * time.Hour,
+		HistoryRetention:     90 * 24 * time.Hour,
+		PollInterval:         100 * time.Millisecond,
+		PollBatch:            6000,
+		MaxBodyBytes:         4096,
+		MaxInFlightSends:     64,
+		SendsPerSecond:       50,
+		FanoutPerSecond:      2000,
+		ChatCreatesPerMinute: 600,
 	}
 }
 

@@ -206,7 +206,14 @@ func (s *Server) handleCreateChat(w http.ResponseWriter, r *http.Request, user s
 			writeError(w, protocol.CodeInvalid, `history: a direct chat's history is "shared"`)
 			return
 		}
+		budget := s.chargeCreate(w, user)
+		if budget == nil {
+			return
+		}
 		chat, created, err := s.store.CreateDirect(r.Context(), user, peers[0])
+		if err != nil || !created {
+			budget() // nothing was created: the token goes back
+		}
 		if err != nil {
 			writeStoreError(w, err)
 			return
@@ -226,9 +233,14 @@ func (s *Server) handleCreateChat(w http.ResponseWriter, r *http.Request, user s
 			writeError(w, protocol.CodeInvalid, "a group has at most 1000 members")
 			return
 		}
+		budget := s.chargeCreate(w, user)
+		if budget == nil {
+			return
+		}
 		chat, err := s.store.CreateGroupWith(r.Context(), history.GroupSpec{Creator: user, Title: req.Title,
 			Members: req.Members, History: req.History})
 		if err != nil {
+			budget()
 			writeStoreError(w, err)
 			return
 		}

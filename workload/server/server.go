@@ -188,6 +188,7 @@ type Server struct {
 	conns    int
 	perUser  map[string]int
 	fanout   fanoutBudgets // each user's outbox rows per second (fanout.go)
+	creates  createBudgets // each user's chat creations per minute (createrate.go)
 	sessions sync.WaitGroup
 
 	bg       sync.WaitGroup

@@ -66,6 +66,10 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 		writeErrorRetry(w, protocol.CodeRateLimited, "too many connections", connectRetryMs)
 		return
 	}
+	if refuseUpgrade(w, r, s.cfg.AllowedOrigins) {
+		s.release(user)
+		return // JSON, not Accept's plain text (upgrade.go)
+	}
 	fanout := s.fanout.acquire(user, s.Tuning().FanoutPerSecond)
 	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{OriginPatterns: s.cfg.AllowedOrigins})
 	if err != nil {

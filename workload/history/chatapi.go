@@ -114,6 +114,16 @@ type ChatAPI interface {
 	// earliest becomes one (the one stepping down, when it is alone: a
 	// no-op too).
 	RemoveAdmin(ctx context.Context, chatID, by, user string) (chat Chat, changed bool, err error)
+	// AddMemberChanged is Store.AddMember that also reports whether the
+	// call changed anything (false: user was a member already), decided
+	// in the change's transaction; the server sends the chat events of
+	// PROTOCOL.md §3 only when it did.
+	AddMemberChanged(ctx context.Context, chatID, by, user string) (chat Chat, changed bool, err error)
+	// RemoveMemberChanged is Store.RemoveMember that also reports whether
+	// the call changed anything (false: user was not a member), decided
+	// in the change's transaction; the server excludes user from live
+	// delivery and sends the chat events only when it did.
+	RemoveMemberChanged(ctx context.Context, chatID, by, user string) (chat Chat, cutoff int64, changed bool, err error)
 	// Sees reports whether user, a member of chatID, may read its message
 	// of Seq seq (PROTOCOL.md §7.6: in a "member" group, only what was
 	// committed while user was a member; in a shared one, all). An unknown

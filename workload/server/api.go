@@ -302,21 +302,17 @@ func (s *Server) handleAddMember(w http.ResponseWriter, r *http.Request, user st
 		writeError(w, protocol.CodeInvalid, "userId: "+clientMessage(err))
 		return
 	}
-	// Whether the call changes anything decides the events only; a race
-	// with another addition of the same user sends an extra event, which
-	// a client applies idempotently.
-	was, err := s.store.IsMember(r.Context(), chatID, req.UserID)
-	if err != nil && !errors.Is(err, history.ErrNotFound) {
-		writeStoreError(w, err)
-		return
-	}
-	chat, err := s.store.AddMember(r.Context(), chatID, user, req.UserID)
+	// Whether the call changed anything decides the events: the store
+	// says, from the change's own transaction (adding a member changes
+	// nothing and sends nothing), so a concurrent change of the same
+	// member cannot make this miss an event or send a false one.
+	chat, changed, err := s.store.AddMemberChanged(r.Context(), chatID, user, req.UserID)
 	if err != nil {
 		writeStoreError(w, err)
 		return
 	}
 	s.chats.put(chat)
-	if !was {
+	if changed {
 		s.chatEvents(r.Context(), chat, req.UserID, protocol.ChatAdded)
 	}
 	writeJSON(w, http.StatusOK, s.callerView(r.Context(), chat, user))
@@ -344,18 +340,17 @@ func (s *Server) handleRemoveMember(w http.ResponseWriter, r *http.Request, user
 		writeError(w, protocol.CodeInvalid, "userId: "+clientMessage(err))
 		return
 	}
-	was, err := s.store.IsMember(r.Context(), chatID, target)
-	if err != nil && !errors.Is(err, history.ErrNotFound) {
-		writeStoreError(w, err)
-		return
-	}
-	chat, cutoff, err := s.store.RemoveMember(r.Context(), chatID, user, target)
+	// The store says whether target was removed (removing a non-member
+	// changes nothing), from the removal's own transaction: a check made
+	// before the call could miss a concurrent add and leave a removed
+	// user's pending messages on its way to it.
+	chat, cutoff, changed, err := s.store.RemoveMemberChanged(r.Context(), chatID, user, target)
 	if err != nil {
 		writeStoreError(w, err)
 		return
 	}
 	s.chats.forget(chatID)
-	if was {
+	if changed {
 		// Before the answer: the exclusion is published to the other
 		// processes, then applied here.
 		if err := s.engine.Exclude(r.Context(), target, chatID, cutoff); err != nil {

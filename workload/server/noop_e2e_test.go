@@ -20,6 +20,8 @@ func noOpChanges(t *testing.T, api *env, g string) {
 		{"rename to the same title, padded", "PATCH", path, "alice", map[string]string{"title": "  Team "}},
 		{"make an admin of an admin", "POST", path + "/admins", "alice", map[string]string{"userId": "alice"}},
 		{"a member who is not an admin steps down", "DELETE", path + "/admins/bob", "bob", nil},
+		{"add an existing member", "POST", path + "/members", "alice", map[string]string{"userId": "bob"}},
+		{"remove a non-member", "DELETE", path + "/members/zed", "alice", nil},
 	} {
 		status, raw := api.call(c.method, c.path, api.token(c.by), c.body)
 		if ch := decode[chat7JSON](t, raw); status != http.StatusOK || ch.Title != "Team" || !slices.Equal(ch.Admins, []string{"alice"}) {
@@ -30,12 +32,14 @@ func noOpChanges(t *testing.T, api *env, g string) {
 
 // TestE2ENoOpChangesSendNoEvent: a §7.5 change that changes nothing
 // (renaming to the same title, making an admin of an admin, stepping down
-// when not an admin, stepping down alone in the group) is answered 200
+// when not an admin, stepping down alone in the group, adding a member,
+// removing a non-member) is answered 200
 // with the chat and sends no "updated" to any member's device, on every
 // backend and across the processes of a fleet; a real change right after
 // does (so the quiet is not a broken event path). The store reports the
-// no-op (history.ChatAPI: changed false); without that, every one of these
-// calls pushed "updated".
+// no-op (history.ChatAPI: changed false); without that, every one of the
+// admin calls pushed "updated" (the member calls checked membership
+// before the call, which raced a concurrent change).
 func TestE2ENoOpChangesSendNoEvent(t *testing.T) {
 	t.Parallel()
 	check := func(t *testing.T, api *env, g string, devices ...*wsClient) {

@@ -371,7 +371,8 @@ func testAdmins(t *testing.T, s history.Store) {
 // then): a rename to the same title (after trimming), making an admin of
 // an admin, stepping down when not an admin, and stepping down alone in
 // the group (made admin again) change nothing and report so; the real
-// changes report changed.
+// changes report changed. AddMemberChanged and RemoveMemberChanged report
+// the same way (adding a member, removing a non-member: false).
 func testAdminNoOps(t *testing.T, s history.Store) {
 	ctx := ctxFor(t)
 	g := mustGroup(t, s, "alice", "Team", "bob")
@@ -396,6 +397,17 @@ func testAdminNoOps(t *testing.T, s history.Store) {
 			return c, true, err
 		}, true, "Crew", []string{"bob"}},
 		{"bob, alone, steps down", func() (history.Chat, bool, error) { return s.RemoveAdmin(ctx, g.ID, "bob", "bob") }, false, "Crew", []string{"bob"}},
+		{"bob adds himself", func() (history.Chat, bool, error) { return s.AddMemberChanged(ctx, g.ID, "bob", "bob") }, false, "Crew", []string{"bob"}},
+		{"bob removes carol, no member", func() (history.Chat, bool, error) {
+			c, _, changed, err := s.RemoveMemberChanged(ctx, g.ID, "bob", "carol")
+			return c, changed, err
+		}, false, "Crew", []string{"bob"}},
+		{"bob adds carol", func() (history.Chat, bool, error) { return s.AddMemberChanged(ctx, g.ID, "bob", "carol") }, true, "Crew", []string{"bob"}},
+		{"bob adds carol again", func() (history.Chat, bool, error) { return s.AddMemberChanged(ctx, g.ID, "bob", "carol") }, false, "Crew", []string{"bob"}},
+		{"bob removes carol", func() (history.Chat, bool, error) {
+			c, _, changed, err := s.RemoveMemberChanged(ctx, g.ID, "bob", "carol")
+			return c, changed, err
+		}, true, "Crew", []string{"bob"}},
 	} {
 		got, changed, err := c.do()
 		if err != nil || changed != c.changed || got.Title != c.title || !slices.Equal(got.Admins, c.admins) {

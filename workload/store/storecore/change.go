@@ -135,41 +135,43 @@ func lockLoad(ctx context.Context, tx ChangeTx, chatID string, appendLock, chatL
 // one chat's members never interleave and none interleaves with a
 // commit's write (a commit that follows the return sees the new member),
 // and then the chat's lock, so concurrent additions cannot overshoot
-// MaxGroupMembers.
-func AddMember(ctx context.Context, b Backend, chatID, by, user string) (history.Chat, error) {
+// MaxGroupMembers. changed is false when user was a member already (the
+// call wrote nothing), decided under those locks: PROTOCOL.md §3's chat
+// events follow it, not a check made before the call, which would race.
+func AddMember(ctx context.Context, b Backend, chatID, by, user string) (history.Chat, bool, error) {
 	const op = "add member"
 	if err := validPair(by, "member id", user); err != nil {
-		return history.Chat{}, err
+		return history.Chat{}, false, err
 	}
 	tx, c, err := begin(ctx, b, op, chatID, true, true)
 	if err != nil {
-		return history.Chat{}, err
+		return history.Chat{}, false, err
 	}
 	defer tx.Rollback()
 	if !c.HasMember(by) {
-		return history.Chat{}, fmt.Errorf("%w: %q in chat %q", history.ErrNotMember, by, chatID)
+		return history.Chat{}, false, fmt.Errorf("%w: %q in chat %q", history.ErrNotMember, by, chatID)
 	}
 	if c.Kind != history.KindGroup {
-		return history.Chat{}, fmt.Errorf("%w: members can be added to group chats only", history.ErrInvalid)
+		return history.Chat{}, false, fmt.Errorf("%w: members can be added to group chats only", history.ErrInvalid)
 	}
 	if c.HasMember(user) {
-		return c, nil // the deferred rollback ends the transaction, which wrote nothing
+		return c, false, nil // the deferred rollback ends the transaction, which wrote nothing
 	}
 	if len(c.Members) >= history.MaxGroupMembers {
-		return history.Chat{}, fmt.Errorf("%w: a group has at most %d members", history.ErrInvalid, history.MaxGroupMembers)
+		return history.Chat{}, false, fmt.Errorf("%w: a group has at most %d members", history.ErrInvalid, history.MaxGroupMembers)
 	}
 	if err := tx.InsertMember(ctx, chatID, user, now()); err != nil {
-		return history.Chat{}, err
+		return history.Chat{}, false, err
 	}
 	if err := tx.BumpEpoch(ctx); err != nil {
-		return history.Chat{}, err
+		return history.Chat{}, false, err
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return history.Chat{}, err
+		return history.Chat{}, false, err
 	}
 	i, _ := slices.BinarySearch(c.Members, user)
 	c.Members = slices.Insert(c.Members, i, user)
-	return c, nil
+	return c, true, nil
 }
 
 // RemoveMember implements history.Store.RemoveMember on b: user leaves,
@@ -177,7 +179,8 @@ func AddMember(ctx context.Context, b Backend, chatID, by, user string) (history
 // and the chat after it comes back with the cutoff Seq. Errors: ErrInvalid
 // for bad ids or a direct chat, ErrNotFound for an unknown chat,
 // ErrNotMember when by is not a member, ErrForbidden. Removing a
-// non-member changes nothing.
+// non-member changes nothing (changed false, decided in the transaction,
+// so the server's exclusion and chat events follow what happened).
 //
 // Serializing with Commit: the transaction takes the append lock
 // (ChangeTx.LockAppend) first. A commit holding it finishes first, and
@@ -186,25 +189,25 @@ func AddMember(ctx context.Context, b Backend, chatID, by, user string) (history
 // it reads the member list again, without user. Either way a message
 // committed after RemoveMember returned never has user among its
 // recipients.
-func RemoveMember(ctx context.Context, b Backend, chatID, by, user string) (history.Chat, int64, error) {
+func RemoveMember(ctx context.Context, b Backend, chatID, by, user string) (history.Chat, int64, bool, error) {
 	const op = "remove member"
 	if err := validPair(by, "member id", user); err != nil {
-		return history.Chat{}, 0, err
+		return history.Chat{}, 0, false, err
 	}
 	tx, c, err := begin(ctx, b, op, chatID, true, false)
 	if err != nil {
-		return history.Chat{}, 0, err
+		return history.Chat{}, 0, false, err
 	}
 	defer tx.Rollback()
 	if err := history.CheckRemove(c, by, user); err != nil {
-		return history.Chat{}, 0, err
+		return history.Chat{}, 0, false, err
 	}
 	cutoff, err := tx.MaxSeq(ctx)
 	if err != nil {
-		return history.Chat{}, 0, err
+		return history.Chat{}, 0, false, err
 	}
 	if !c.HasMember(user) {
-		return c, cutoff, nil // the deferred rollback ends the transaction, which wrote nothing
+		return c, cutoff, false, nil // the deferred rollback ends the transaction, which wrote nothing
 	}
 	last := len(c.Members) == 1
 	// The membership interval ends at cutoff (PROTOCOL.md §7.6); a group
@@ -224,7 +227,7 @@ func RemoveMember(ctx context.Context, b Backend, chatID, by, user string) (hist
 		err = tx.BumpEpoch(ctx)
 	}
 	if err != nil {
-		return history.Chat{}, 0, err
+		return history.Chat{}, 0, false, err
 	}
 	// A group the removal emptied is closed and comes back with no
 	// members.
@@ -232,13 +235,13 @@ func RemoveMember(ctx context.Context, b Backend, chatID, by, user string) (hist
 		History: c.History, Members: []string{}, Admins: []string{}}
 	if !last {
 		if after, err = tx.Chat(ctx, chatID); err != nil {
-			return history.Chat{}, 0, err
+			return history.Chat{}, 0, false, err
 		}
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return history.Chat{}, 0, err
+		return history.Chat{}, 0, false, err
 	}
-	return after, cutoff, nil
+	return after, cutoff, true, nil
 }
 
 // change runs fn in one transaction with the chat's row locked

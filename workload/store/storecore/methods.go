@@ -40,12 +40,26 @@ func (m Methods) CreateGroupWith(ctx context.Context, spec history.GroupSpec) (h
 
 // AddMember implements history.Store (the package function AddMember).
 func (m Methods) AddMember(ctx context.Context, chatID, by, user string) (history.Chat, error) {
+	c, _, err := AddMember(ctx, m.Backend, chatID, by, user)
+	return c, err
+}
+
+// AddMemberChanged implements history.ChatAPI (the package function
+// AddMember).
+func (m Methods) AddMemberChanged(ctx context.Context, chatID, by, user string) (history.Chat, bool, error) {
 	return AddMember(ctx, m.Backend, chatID, by, user)
 }
 
 // RemoveMember implements history.Store (the package function
 // RemoveMember).
 func (m Methods) RemoveMember(ctx context.Context, chatID, by, user string) (history.Chat, int64, error) {
+	c, cutoff, _, err := RemoveMember(ctx, m.Backend, chatID, by, user)
+	return c, cutoff, err
+}
+
+// RemoveMemberChanged implements history.ChatAPI (the package function
+// RemoveMember).
+func (m Methods) RemoveMemberChanged(ctx context.Context, chatID, by, user string) (history.Chat, int64, bool, error) {
 	return RemoveMember(ctx, m.Backend, chatID, by, user)
 }
 

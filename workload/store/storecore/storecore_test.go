@@ -113,16 +113,16 @@ func TestChangeScripts(t *testing.T) {
 	ctx := context.Background()
 
 	f := &fake{chat: group("a", "b")}
-	c, cut, err := RemoveMember(ctx, f, "g", "a", "b")
-	if err != nil || cut != 7 {
-		t.Fatalf("RemoveMember: %v, cutoff %d", err, cut)
+	c, cut, changed, err := RemoveMember(ctx, f, "g", "a", "b")
+	if err != nil || cut != 7 || !changed {
+		t.Fatalf("RemoveMember: %v, cutoff %d, changed %v", err, cut, changed)
 	}
 	want(t, f, "begin remove member", "lock append", "chat g", "max seq", "end span g b 7", "delete member g b",
 		`keep admin g ""`, "bump epoch", "chat g", "commit", "rollback")
 	_ = c
 
 	f = &fake{chat: group("a")}
-	c, _, err = RemoveMember(ctx, f, "g", "a", "a")
+	c, _, _, err = RemoveMember(ctx, f, "g", "a", "a")
 	if err != nil || len(c.Members) != 0 || c.Members == nil || c.Admins == nil {
 		t.Fatalf("the last member leaving: %+v, %v", c, err)
 	}
@@ -130,26 +130,26 @@ func TestChangeScripts(t *testing.T) {
 		`keep admin g ""`, "close g", "bump epoch", "commit", "rollback")
 
 	f = &fake{chat: group("a", "b")}
-	if _, _, err = RemoveMember(ctx, f, "g", "a", "z"); err != nil {
-		t.Fatal(err)
+	if _, _, changed, err = RemoveMember(ctx, f, "g", "a", "z"); err != nil || changed {
+		t.Fatalf("removing a non-member: changed %v, %v; want a no-op", changed, err)
 	}
 	want(t, f, "begin remove member", "lock append", "chat g", "max seq", "rollback")
 
 	f = &fake{chat: group("a", "b")}
-	if _, _, err = RemoveMember(ctx, f, "g", "b", "a"); !errors.Is(err, history.ErrForbidden) {
+	if _, _, _, err = RemoveMember(ctx, f, "g", "b", "a"); !errors.Is(err, history.ErrForbidden) {
 		t.Fatalf("a member removing the creator: %v", err)
 	}
 
 	f = &fake{chat: group("a", "b")}
-	c, err = AddMember(ctx, f, "g", "b", "c")
-	if err != nil || !slices.Equal(c.Members, []string{"a", "b", "c"}) {
+	c, changed, err = AddMember(ctx, f, "g", "b", "c")
+	if err != nil || !changed || !slices.Equal(c.Members, []string{"a", "b", "c"}) {
 		t.Fatalf("AddMember: %+v, %v", c, err)
 	}
 	want(t, f, "begin add member", "lock append", "lock chat g", "chat g", "insert member g c", "bump epoch", "commit", "rollback")
 
 	f = &fake{chat: group("a", "b")}
-	if _, err = AddMember(ctx, f, "g", "b", "a"); err != nil {
-		t.Fatal(err)
+	if _, changed, err = AddMember(ctx, f, "g", "b", "a"); err != nil || changed {
+		t.Fatalf("adding a member: changed %v, %v; want a no-op", changed, err)
 	}
 	want(t, f, "begin add member", "lock append", "lock chat g", "chat g", "rollback")
 
@@ -158,15 +158,15 @@ func TestChangeScripts(t *testing.T) {
 		full[i] = fmt.Sprintf("u%04d", i)
 	}
 	f = &fake{chat: group(full...)}
-	if _, err = AddMember(ctx, f, "g", "u0000", "zed"); !errors.Is(err, history.ErrInvalid) {
+	if _, _, err = AddMember(ctx, f, "g", "u0000", "zed"); !errors.Is(err, history.ErrInvalid) {
 		t.Fatalf("adding to a full group: %v", err)
 	}
 	want(t, f, "begin add member", "lock append", "lock chat g", "chat g", "rollback")
 
 	for _, bad := range []func(*fake) error{
-		func(f *fake) error { _, err := AddMember(ctx, f, "g", "", "c"); return err },
-		func(f *fake) error { _, err := AddMember(ctx, f, "g", "a", "x\x00"); return err },
-		func(f *fake) error { _, _, err := RemoveMember(ctx, f, "g", "a\n", "b"); return err },
+		func(f *fake) error { _, _, err := AddMember(ctx, f, "g", "", "c"); return err },
+		func(f *fake) error { _, _, err := AddMember(ctx, f, "g", "a", "x\x00"); return err },
+		func(f *fake) error { _, _, _, err := RemoveMember(ctx, f, "g", "a\n", "b"); return err },
 		func(f *fake) error {
 			_, _, err := Rename(ctx, f, "g", "a", strings.Repeat("t", history.MaxTitleBytes+1))
 			return err
@@ -180,7 +180,7 @@ func TestChangeScripts(t *testing.T) {
 	}
 
 	f = &fake{chat: group("a", "b")}
-	if _, err = AddMember(ctx, f, "\xff", "a", "c"); !errors.Is(err, history.ErrNotFound) {
+	if _, _, err = AddMember(ctx, f, "\xff", "a", "c"); !errors.Is(err, history.ErrNotFound) {
 		t.Fatalf("a chat id no store holds: %v", err)
 	}
 	want(t, f)

@@ -3,9 +3,11 @@ package sqlite
 import (
 	"database/sql"
 	"path/filepath"
+	"runtime"
 	"testing"
 
 	"github.com/pressly/goose/v3"
+	msqlite "modernc.org/sqlite"
 
 	"github.com/tetra-messenger/tetra/workload/history"
 	"github.com/tetra-messenger/tetra/workload/history/historytest"
@@ -155,4 +157,13 @@ func TestMigration7PacksTheOutbox(t *testing.T) {
 		t.Errorf("new position %d, not above the head %d", p, head)
 	}
 	var _ outbox.Log = db
+}
+
+// TestCommitsWithFdatasync: on Linux an open store has switched SQLite's
+// commits to fdatasync(2) (useFdatasync).
+func TestCommitsWithFdatasync(t *testing.T) {
+	newDB(t)
+	if runtime.GOOS == "linux" && !msqlite.FdatasyncEnabled() {
+		t.Fatal("SQLite still syncs with fsync(2) after Open")
+	}
 }

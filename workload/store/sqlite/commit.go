@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/tetra-messenger/tetra/workload/history"
@@ -241,21 +242,24 @@ func (c *committer) readIDs(ids []string, into map[string]bool) error {
 }
 
 // insert stores the planned messages: their history rows, then (with
-// the outbox on) one outbox row per member, each kind in multi-row
-// INSERTs (manyStmt). The tables' AUTOINCREMENT counters, read in this
-// transaction, tell the ids SQLite assigns, in plan order: the store has
-// one writer and the transaction holds the file's write lock (BEGIN
+// the outbox on) one outbox record per message (outbox.go), each kind in
+// multi-row INSERTs (manyStmt). history's AUTOINCREMENT counter, read in
+// this transaction, tells the ids SQLite assigns, in plan order: the store
+// has one writer and the transaction holds the file's write lock (BEGIN
 // IMMEDIATE), so no other id can be taken between the read and the
 // inserts, and an id is never reused (sqlite_sequence keeps the highest id
 // ever stored, deleted rows included). Each statement's last id is checked
-// against the one planned (manyStmt.insert). SQLite assigns the ids, not
-// the statement, because an explicit INTEGER PRIMARY KEY value may fail
-// its type check midway, which makes SQLite keep a statement journal (a
-// copy of every page the statement changes, a twentieth of Commit); with
+// against the one planned (manyStmt.insert). SQLite assigns history's ids,
+// not the statement, because an explicit INTEGER PRIMARY KEY value may
+// fail its type check midway, which makes SQLite keep a statement journal
+// (a copy of every page the statement changes, a twentieth of Commit); with
 // INSERT OR ROLLBACK and the writer's foreign keys off (config.go), no
-// statement can stop halfway, so none is kept. A row not inserted is the
-// store's failure, or in an optimistic commit a key or id already taken
-// (see commit).
+// statement can stop halfway, so none is kept. An outbox record's id is
+// given (the position of its last row, outbox.go): one record per message
+// writes far fewer pages than the journal of its rightmost page costs. A
+// row not inserted is
+// the store's failure, or in an optimistic commit a key or id already
+// taken (see commit).
 func (c *committer) insert(plan *history.CommitPlan) error {
 	if len(plan.Inserts) == 0 {
 		return nil
@@ -286,39 +290,33 @@ func (c *committer) insert(plan *history.CommitPlan) error {
 		}
 		return nil
 	}
-	// One outbox row per (message, member), in plan then member order.
-	rows := 0
-	for _, i := range plan.Inserts {
-		rows += len(plan.Results[i].Members)
-	}
-	args := make([]any, 0, 3*min(rows, maxRows))
+	// One outbox record per message, listing its members in member order:
+	// member j's row is at the record's first position plus j, and the
+	// record's id is the position of its last row (outbox.go).
 	pos := outSeq
-	flush := func() error {
-		if len(args) == 0 {
-			return nil
-		}
-		n := len(args) / 3
-		err := c.db.insertOutbox.insert(c.ctx, c.tx, n, args, pos-int64(n)+1)
-		args = args[:0]
-		return err
-	}
-	for k, i := range plan.Inserts {
-		members := plan.Results[i].Members
-		deliveries := make([]history.Delivery, len(members))
-		for j, m := range members {
-			pos++
-			args = append(args, m, seqs[k], c.createdAt)
-			deliveries[j] = history.Delivery{Recipient: m, Partition: Partition, Pos: pos}
-			if len(args) == 3*maxRows {
-				if err := flush(); err != nil {
-					return unavailable("commit: insert outbox", err)
-				}
+	for k0 := 0; k0 < len(plan.Inserts); k0 += maxRows {
+		k1 := min(k0+maxRows, len(plan.Inserts))
+		args := make([]any, 0, 5*(k1-k0))
+		ids := make([]int64, 0, k1-k0)
+		for k := k0; k < k1; k++ {
+			i := plan.Inserts[k]
+			members := plan.Results[i].Members
+			if len(members) == 0 {
+				// A sender is a member (CommitPlan.Decide).
+				return unavailable("commit: insert outbox", fmt.Errorf("message %s has no members", plan.Results[i].Message.ID))
 			}
+			deliveries := make([]history.Delivery, len(members))
+			for j, m := range members {
+				pos++
+				deliveries[j] = history.Delivery{Recipient: m, Partition: Partition, Pos: pos}
+			}
+			args = append(args, pos, seqs[k], encodeRecipients(members), len(members), c.createdAt)
+			ids = append(ids, pos)
+			plan.Inserted(i, seqs[k], deliveries)
 		}
-		plan.Inserted(i, seqs[k], deliveries)
-	}
-	if err := flush(); err != nil {
-		return unavailable("commit: insert outbox", err)
+		if err := c.db.insertOutbox.insertIDs(c.ctx, c.tx, args, ids); err != nil {
+			return unavailable("commit: insert outbox", err)
+		}
 	}
 	return nil
 }

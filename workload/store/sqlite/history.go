@@ -115,7 +115,14 @@ func (db *DB) PurgeHistory(ctx context.Context, cutoff time.Time, limit int) (in
 	// Both statements pick the same victims: the order is total and the
 	// writer lock keeps history unchanged in between.
 	const victims = `SELECT id FROM history WHERE sent_at < ?1 ORDER BY sent_at, id LIMIT ?2`
-	if _, err := tx.ExecContext(ctx, `DELETE FROM outbox WHERE history_id IN (`+victims+`)`, cut, limit); err != nil {
+	// The outbox records of the victims go first. history_id ascends with
+	// a record's id, so a victim's record lies below the first record of a
+	// later message: a range of the key, filtered, not a scan of them all.
+	if _, err := tx.ExecContext(ctx, `WITH v(id) AS (`+victims+`)
+		DELETE FROM outbox_messages
+		WHERE id < coalesce((SELECT o.id FROM outbox_messages AS o
+		                     WHERE o.history_id > (SELECT max(id) FROM v) ORDER BY o.id LIMIT 1), 9223372036854775807)
+		  AND history_id IN (SELECT id FROM v)`, cut, limit); err != nil {
 		return 0, unavailable("purge history: outbox", err)
 	}
 	res, err := tx.ExecContext(ctx, `DELETE FROM history WHERE id IN (`+victims+`)`, cut, limit)

@@ -80,6 +80,28 @@ func (m *manyStmt) insert(ctx context.Context, tx *sql.Tx, n int, args []any, fi
 	})
 }
 
+// insertIDs inserts len(ids) rows (args in row order) in tx whose ids are
+// given in args, ids[i] that of row i, ascending, and fails unless every
+// one was stored (each statement's count and last id are checked).
+func (m *manyStmt) insertIDs(ctx context.Context, tx *sql.Tx, args []any, ids []int64) error {
+	done := 0
+	return m.chunks(len(ids), args, func(k int, st *sql.Stmt, args []any) error {
+		res, err := tx.StmtContext(ctx, st).ExecContext(ctx, args...)
+		if err != nil {
+			return err
+		}
+		got, err := res.RowsAffected()
+		if err != nil || got != int64(k) {
+			return fmt.Errorf("%d of %d rows stored (%v)", got, k, err)
+		}
+		done += k
+		if last, err := res.LastInsertId(); err != nil || last != ids[done-1] {
+			return fmt.Errorf("rows stored up to id %d, planned %d (%v)", last, ids[done-1], err)
+		}
+		return nil
+	})
+}
+
 // query runs the lookup for n keys (args in key order) in tx and calls scan
 // on each row found.
 func (m *manyStmt) query(ctx context.Context, tx *sql.Tx, n int, args []any, scan func(*sql.Rows) error) error {

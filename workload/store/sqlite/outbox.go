@@ -3,9 +3,11 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 
+	"github.com/tetra-messenger/tetra/workload/history"
 	"github.com/tetra-messenger/tetra/workload/outbox"
 	"github.com/tetra-messenger/tetra/workload/store/storecore"
 )
@@ -18,9 +20,30 @@ func checkPartition(op string, p int32) error {
 	return storecore.CheckPartition("sqlite", "SQLite", op, p)
 }
 
-// Head returns the highest outbox position ever assigned, read from
-// sqlite_sequence so it survives deletes and reopening; 0 when no row was
-// ever appended. A partition other than 0 is an error.
+// The outbox keeps one record per message (table outbox_messages, schema
+// version 7), listing the message's recipients in member order. The log's
+// rows are the records' recipients: a record of n recipients holds the
+// rows at positions id-n+1 .. id, so its id is its last row's position.
+// Positions are dense and ascend in commit then member order, as when each
+// row was a row of its own, and AUTOINCREMENT keeps the highest ever
+// assigned, so they are never reused. A message of n members costs one
+// record to insert and to delete, not n rows and n index entries.
+//
+// A DeleteBelow line can fall inside a record (some of its recipients
+// acknowledged, some not): the record stays, and outbox_line.below keeps
+// the line, under which Scan and Stats see no row.
+
+// encodeRecipients is a record's recipients column: a JSON array of the
+// user ids, in member order.
+func encodeRecipients(members []string) string {
+	b, _ := json.Marshal(members) // a []string always marshals
+	return string(b)
+}
+
+// Head returns the highest outbox position ever assigned (the last row of
+// the newest record, kept by AUTOINCREMENT), so it survives deletes and
+// reopening; 0 when no row was ever appended. A partition other than 0 is
+// an error.
 func (db *DB) Head(ctx context.Context, partition int32) (int64, error) {
 	if err := checkPartition("head", partition); err != nil {
 		return 0, err
@@ -33,12 +56,13 @@ func (db *DB) Head(ctx context.Context, partition int32) (int64, error) {
 }
 
 // Scan returns up to limit rows with position above after, in position
-// order, each joined with its history row. It is a forward range read of
-// the outbox's primary key plus one keyed lookup into history per row.
-// Positions are assigned under the single writer lock in commit order, so a
-// row committed later never has a lower position than one already returned.
-// limit < 1 and partitions other than 0 are errors; store failures wrap
-// outbox.ErrUnavailable.
+// order, each with its history message. It is a forward range read of
+// outbox_messages' primary key, from the record that holds the first such
+// row, plus one keyed lookup into history per record; rows under the line
+// of the last DeleteBelow are skipped. Positions are assigned under the
+// single writer lock in commit order, so a row committed later never has a
+// lower position than one already returned. limit < 1 and partitions other
+// than 0 are errors; store failures wrap outbox.ErrUnavailable.
 func (db *DB) Scan(ctx context.Context, partition int32, after int64, limit int) ([]outbox.Row, error) {
 	if err := checkPartition("scan", partition); err != nil {
 		return nil, err
@@ -46,7 +70,9 @@ func (db *DB) Scan(ctx context.Context, partition int32, after int64, limit int)
 	if limit < 1 {
 		return nil, fmt.Errorf("sqlite: outbox scan: limit %d, want at least 1", limit)
 	}
-	rows, err := db.rScan.QueryContext(ctx, after, limit)
+	// Every record read has a row above after, so limit records hold
+	// limit rows, but for the one the line cuts: one more.
+	rows, err := db.rScan.QueryContext(ctx, after, limit+1)
 	if err != nil {
 		return nil, logUnavailable("scan", err)
 	}
@@ -56,23 +82,31 @@ func (db *DB) Scan(ctx context.Context, partition int32, after int64, limit int)
 	// hundreds of kilobytes of garbage (70 % of the bytes BenchmarkE2EPair
 	// allocated).
 	var out []outbox.Row
-	for rows.Next() {
-		var r outbox.Row
-		var created, sentAt, editedAt int64
-		var kind int
-		var ref string
-		var deleted bool
-		m := &r.Message
-		if err := rows.Scan(&r.Pos, &r.Recipient, &created,
-			&m.Seq, &m.ID, &m.ChatID, &m.SenderID, &m.SenderDevice, &m.CorrelationID, &m.Body, &sentAt,
-			&kind, &ref, &editedAt, &deleted); err != nil {
+	for len(out) < limit && rows.Next() {
+		var m history.Message
+		var recipients string
+		var id, n, created, below int64
+		dest, done := storecore.MessageDest(&m)
+		err := rows.Scan(append([]any{&id, &n, &recipients, &created, &below}, dest...)...)
+		done()
+		if err != nil {
 			return nil, logUnavailable("scan", err)
 		}
-		r.Partition = Partition
-		r.CreatedAt = fromNanos(created)
-		m.SentAt = fromNanos(sentAt)
-		setKind(m, kind, ref, editedAt, deleted)
-		out = append(out, r)
+		var to []string
+		if err := json.Unmarshal([]byte(recipients), &to); err != nil || int64(len(to)) != n {
+			return nil, logUnavailable("scan", fmt.Errorf("record %d: %d recipients for n = %d (%v)", id, len(to), n, err))
+		}
+		first := id - n + 1
+		for i, r := range to {
+			pos := first + int64(i)
+			if pos <= after || pos < below {
+				continue
+			}
+			if len(out) == limit {
+				break
+			}
+			out = append(out, outbox.Row{Partition: Partition, Pos: pos, Recipient: r, Message: m, CreatedAt: fromNanos(created)})
+		}
 	}
 	if err := rows.Err(); err != nil {
 		return nil, logUnavailable("scan", err)
@@ -81,56 +115,123 @@ func (db *DB) Scan(ctx context.Context, partition int32, after int64, limit int)
 }
 
 // DeleteBelow deletes every outbox row with position below pos (a prefix)
-// on the writer, in statements of at most 2,000 ids, and returns how many
-// it deleted. Positions are never reused afterwards. A partition other than
-// 0 is an error; store failures wrap outbox.ErrUnavailable, and the rows
-// deleted before the failure stay deleted (all below pos: reclaimable
-// anyway).
+// on the writer and returns how many it deleted: the records wholly below
+// pos, in statements of at most 2,000 positions, then, when pos falls
+// inside a record, the line that hides that record's rows below it.
+// Positions are never reused afterwards. A partition other than 0 is an
+// error; store failures wrap outbox.ErrUnavailable, and the rows deleted
+// before the failure stay deleted (all below pos: reclaimable anyway).
 func (db *DB) DeleteBelow(ctx context.Context, partition int32, pos int64) (int64, error) {
 	if err := checkPartition("delete", partition); err != nil {
 		return 0, err
 	}
-	// In chunks of deleteChunk ids, each its own statement: the store has
-	// one writer, and a prefix of tens of thousands of rows deleted at once
-	// holds it for hundreds of milliseconds, which every group commit
-	// waiting behind it adds to its latency.
+	// In chunks of deleteChunk positions, each its own transaction: the
+	// store has one writer, and a prefix of tens of thousands of rows
+	// deleted at once holds it for hundreds of milliseconds, which every
+	// group commit waiting behind it adds to its latency.
 	var total int64
 	for {
-		res, err := db.w.ExecContext(ctx, `DELETE FROM outbox WHERE id < ? AND id < (SELECT min(id) FROM outbox) + ?`, pos, deleteChunk)
-		if err != nil {
-			return total, logUnavailable("delete", err)
-		}
-		n, err := res.RowsAffected()
-		if err != nil {
-			return total, logUnavailable("delete", err)
-		}
+		n, records, err := db.deleteRecords(ctx, pos)
 		total += n
-		if n == 0 {
-			return total, nil
+		if err != nil {
+			return total, logUnavailable("delete", err)
+		}
+		if records == 0 {
+			break
 		}
 	}
+	n, err := db.cutRecord(ctx, pos)
+	total += n
+	if err != nil {
+		return total, logUnavailable("delete", err)
+	}
+	return total, nil
 }
 
-// deleteChunk is the most outbox ids one DELETE statement covers.
+// deleteChunk is the most positions one deleteRecords statement covers.
 const deleteChunk = 2000
 
-// Stats returns, from one snapshot, the number of rows present (a count,
-// linear in the depth), the head as Head reports it, and the CreatedAt of
-// the row with the lowest position (zero when empty). A partition other
-// than 0 is an error.
+// deleteRecords deletes the oldest records whose rows are all below pos,
+// up to deleteChunk positions past the oldest, and returns how many rows
+// it deleted (not counting those a line had deleted already) and how many
+// records.
+func (db *DB) deleteRecords(ctx context.Context, pos int64) (deleted, records int64, err error) {
+	rows, err := db.w.QueryContext(ctx, `DELETE FROM outbox_messages
+		WHERE id < ?1 AND id < (SELECT min(id) FROM outbox_messages) + ?2
+		RETURNING id, n, (SELECT below FROM outbox_line)`, pos, deleteChunk)
+	if err != nil {
+		return 0, 0, err
+	}
+	for rows.Next() {
+		var id, n, below int64
+		if err := rows.Scan(&id, &n, &below); err != nil {
+			rows.Close()
+			return deleted, records, err
+		}
+		deleted += n - cut(id, n, below)
+		records++
+	}
+	return deleted, records, errors.Join(rows.Err(), rows.Close())
+}
+
+// cutRecord handles the record pos falls inside, when there is one: the
+// line moves up to pos (never down), hiding the record's rows below it. It
+// returns how many rows it hid.
+func (db *DB) cutRecord(ctx context.Context, pos int64) (int64, error) {
+	tx, err := db.w.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, err
+	}
+	defer rollback(tx)
+	var id, n, below int64
+	err = tx.QueryRowContext(ctx, `SELECT id, n, (SELECT below FROM outbox_line)
+		FROM outbox_messages WHERE id >= ? ORDER BY id LIMIT 1`, pos).Scan(&id, &n, &below)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	if id-n+1 >= pos || below >= pos {
+		return 0, nil // pos is not inside it, or the line is past pos already
+	}
+	hidden := (pos - (id - n + 1)) - cut(id, n, below)
+	if _, err := tx.ExecContext(ctx, `UPDATE outbox_line SET below = ?`, pos); err != nil {
+		return 0, err
+	}
+	return hidden, tx.Commit()
+}
+
+// cut is how many rows of the record id (of n rows) lie below the line.
+func cut(id, n, below int64) int64 {
+	return min(max(below-(id-n+1), 0), n)
+}
+
+// Stats returns, from one snapshot, the number of rows present (a sum over
+// the records, linear in the depth), the head as Head reports it, and the
+// CreatedAt of the record of the lowest position (zero when empty). A
+// partition other than 0 is an error.
 func (db *DB) Stats(ctx context.Context, partition int32) (outbox.Stats, error) {
 	if err := checkPartition("stats", partition); err != nil {
 		return outbox.Stats{}, err
 	}
-	// One statement reads one snapshot.
+	// One statement reads one snapshot. Only the oldest record can be cut
+	// by the line: every older one was deleted before the line was drawn.
 	st := outbox.Stats{Partition: Partition}
-	var oldest sql.NullInt64
+	var oldest, firstID, firstN sql.NullInt64
+	var below int64
 	err := db.r.QueryRowContext(ctx, `SELECT
-		(SELECT count(*) FROM outbox),
-		coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'outbox'), 0),
-		(SELECT created_at FROM outbox ORDER BY id LIMIT 1)`).Scan(&st.Depth, &st.Head, &oldest)
+		(SELECT coalesce(sum(n), 0) FROM outbox_messages),
+		(`+headQuery+`),
+		(SELECT below FROM outbox_line),
+		f.id, f.n, f.created_at
+		FROM (SELECT 1) LEFT JOIN (SELECT id, n, created_at FROM outbox_messages ORDER BY id LIMIT 1) AS f`).
+		Scan(&st.Depth, &st.Head, &below, &firstID, &firstN, &oldest)
 	if err != nil {
 		return outbox.Stats{}, logUnavailable("stats", err)
+	}
+	if firstID.Valid {
+		st.Depth -= cut(firstID.Int64, firstN.Int64, below)
 	}
 	if oldest.Valid {
 		st.OldestAt = fromNanos(oldest.Int64)

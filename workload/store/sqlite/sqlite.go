@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/pressly/goose/v3"
-	_ "modernc.org/sqlite" // the database/sql driver "sqlite"
+	msqlite "modernc.org/sqlite" // the database/sql driver "sqlite"
 
 	"github.com/tetra-messenger/tetra/workload/history"
 	"github.com/tetra-messenger/tetra/workload/outbox"
@@ -65,6 +65,18 @@ type DB struct {
 	closeErr  error
 }
 
+// useFdatasync makes SQLite commit with fdatasync(2) instead of fsync(2),
+// process-wide, where the platform has it (Linux, the BSDs, illumos;
+// elsewhere the driver keeps fsync). fdatasync writes a file's data and
+// the metadata needed to read it back, its size included, so a commit
+// synced with it survives power loss as one synced with fsync does (G1);
+// it skips the timestamps, whose journal commit on ext4 is most of what an
+// fsync costs. It is what SQLite itself uses on Linux (its configure
+// script finds fdatasync); the transpiled driver keeps SQLite's source
+// default, fsync, unless asked (modernc.org/sqlite.Fdatasync). Measured
+// in docs/benchmarks.md ("CPU per message, third pass").
+var useFdatasync = sync.OnceFunc(func() { _, _ = msqlite.Fdatasync(true) })
+
 // Open opens (creating when missing) the database at cfg.Path, applies the
 // embedded migrations, and returns the store. A bad Config is reported with
 // the field's name; a database that cannot be opened or migrated gives an
@@ -79,6 +91,7 @@ func Open(ctx context.Context, cfg Config) (*DB, error) {
 			return nil, fmt.Errorf("sqlite: create directory of Config.Path: %w: %w", history.ErrUnavailable, err)
 		}
 	}
+	useFdatasync()
 	db := &DB{cfg: cfg}
 	db.Methods = storecore.Methods{Backend: core{db}}
 	ok := false
@@ -146,12 +159,18 @@ const pageQuery = `SELECT ` + messageColumns + `
 	  AND h.id > coalesce((SELECT id FROM history WHERE message_id = ?2 AND chat_id = ?1), 0)
 	ORDER BY h.id LIMIT ?3`
 
-// scanQuery is the outbox scan: a range of the outbox primary key, each row
-// joined by key to its history row.
-const scanQuery = `SELECT o.id, o.recipient, o.created_at,
+// scanQuery is the outbox scan: a range of outbox_messages' primary key
+// (a record's id is its last row's position) above ?1, at most ?2 records,
+// each joined by key to its history row, with the line below which rows
+// are deleted (Scan).
+const scanQuery = `SELECT o.id, o.n, o.recipients, o.created_at, (SELECT below FROM outbox_line),
 	       ` + messageColumns + `
-	FROM outbox AS o JOIN history AS h ON h.id = o.history_id
-	WHERE o.id > ? ORDER BY o.id LIMIT ?`
+	FROM outbox_messages AS o JOIN history AS h ON h.id = o.history_id
+	WHERE o.id > ?1 ORDER BY o.id LIMIT ?2`
+
+// headQuery is Head: the highest position ever assigned, which
+// AUTOINCREMENT keeps across deletes.
+const headQuery = `SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'outbox_messages'), 0)`
 
 func (db *DB) prepare(ctx context.Context) error {
 	var err error
@@ -165,7 +184,7 @@ func (db *DB) prepare(ctx context.Context) error {
 	prep(db.w, &db.wChatExists, `SELECT 1 FROM chats WHERE id = ?`)
 	prep(db.w, &db.wEpoch, `SELECT epoch FROM membership_epoch WHERE id = 1`)
 	prep(db.w, &db.wSeqs, `SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'history'), 0),
-		coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'outbox'), 0)`)
+		(`+headQuery+`)`)
 	many := func(dst **manyStmt, per int, row string, text func(list string) string) {
 		if err == nil {
 			*dst, err = prepareMany(ctx, db.w, per, row, text)
@@ -184,12 +203,12 @@ func (db *DB) prepare(ctx context.Context) error {
 		return `INSERT OR ROLLBACK INTO history (message_id, chat_id, sender_id, sender_device, correlation_id, body, sent_at)
 		VALUES ` + list
 	})
-	many(&db.insertOutbox, 3, "(?, ?, ?)", func(list string) string {
-		return `INSERT OR ROLLBACK INTO outbox (recipient, history_id, created_at) VALUES ` + list
+	many(&db.insertOutbox, 5, "(?, ?, ?, ?, ?)", func(list string) string {
+		return `INSERT OR ROLLBACK INTO outbox_messages (id, history_id, recipients, n, created_at) VALUES ` + list
 	})
 	prep(db.r, &db.rPage, pageQuery)
 	prep(db.r, &db.rScan, scanQuery)
-	prep(db.r, &db.rHead, `SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'outbox'), 0)`)
+	prep(db.r, &db.rHead, headQuery)
 	return err
 }
 

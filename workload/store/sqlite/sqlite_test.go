@@ -344,14 +344,14 @@ func TestCommitFailureRollsBackBatch(t *testing.T) {
 
 	// Break the outbox insert: the history insert before it in the same
 	// batch must not survive.
-	if _, err := db.w.ExecContext(ctx, `ALTER TABLE outbox RENAME TO outbox_away`); err != nil {
+	if _, err := db.w.ExecContext(ctx, `ALTER TABLE outbox_messages RENAME TO outbox_away`); err != nil {
 		t.Fatal(err)
 	}
 	_, err := db.Commit(ctx, []history.Draft{historytest.Draft(g.ID, "alice", "1", "lost")})
 	if !errors.Is(err, history.ErrUnavailable) {
 		t.Errorf("Commit with a broken outbox: err = %v, want ErrUnavailable", err)
 	}
-	if _, err := db.w.ExecContext(ctx, `ALTER TABLE outbox_away RENAME TO outbox`); err != nil {
+	if _, err := db.w.ExecContext(ctx, `ALTER TABLE outbox_away RENAME TO outbox_messages`); err != nil {
 		t.Fatal(err)
 	}
 	msgs, _, err := db.Page(ctx, g.ID, "", 10)

@@ -1,0 +1,169 @@
+package sqlite
+
+import (
+	"database/sql"
+	"path/filepath"
+	"runtime"
+	"testing"
+
+	"github.com/pressly/goose/v3"
+	msqlite "modernc.org/sqlite"
+
+	"github.com/tetra-messenger/tetra/workload/history"
+	"github.com/tetra-messenger/tetra/workload/history/historytest"
+	"github.com/tetra-messenger/tetra/workload/outbox"
+	"github.com/tetra-messenger/tetra/workload/outbox/outboxtest"
+	"github.com/tetra-messenger/tetra/workload/store/migrations"
+)
+
+// TestDeleteBelowInsideARecord: a line inside a message's record deletes
+// the rows below it and no other: Scan, Stats and the counts DeleteBelow
+// returns see exactly the rows above it, across reopening, until a later
+// line passes the record and deletes it. Head never moves.
+func TestDeleteBelowInsideARecord(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "tetra.db")
+	db := openDB(t, DefaultConfig(path))
+	g, err := db.CreateGroup(ctx, "alice", "g", []string{"bob", "carol", "dave"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := historytest.MustCommit(t, db, historytest.Draft(g.ID, "alice", "1", "x"), historytest.Draft(g.ID, "bob", "2", "y"))
+	var rows []history.Delivery
+	for _, r := range res {
+		rows = append(rows, r.Deliveries...)
+	}
+	if len(rows) != 8 {
+		t.Fatalf("%d rows, want 8", len(rows))
+	}
+	head, err := db.Head(ctx, 0)
+	if err != nil || head != rows[7].Pos {
+		t.Fatalf("Head = %d, %v; want %d", head, err, rows[7].Pos)
+	}
+	check := func(name string, db *DB, from int) {
+		t.Helper()
+		got := outboxtest.ScanAll(t, db, 0, 0, 3)
+		if len(got) != 8-from {
+			t.Fatalf("%s: %d rows, want %d", name, len(got), 8-from)
+		}
+		for i, r := range got {
+			if w := rows[from+i]; r.Pos != w.Pos || r.Recipient != w.Recipient {
+				t.Errorf("%s: row %d at %d for %s, want %d for %s", name, i, r.Pos, r.Recipient, w.Pos, w.Recipient)
+			}
+		}
+		st, err := db.Stats(ctx, 0)
+		if err != nil || st.Depth != int64(8-from) || st.Head != head {
+			t.Errorf("%s: Stats %+v, %v; want depth %d, head %d", name, st, err, 8-from, head)
+		}
+		if h, err := db.Head(ctx, 0); err != nil || h != head {
+			t.Errorf("%s: Head = %d, %v; want %d", name, h, err, head)
+		}
+	}
+	del := func(pos int64, want int64) {
+		t.Helper()
+		n, err := db.DeleteBelow(ctx, 0, pos)
+		if err != nil || n != want {
+			t.Fatalf("DeleteBelow(%d) = %d, %v; want %d", pos, n, err, want)
+		}
+	}
+	del(rows[2].Pos, 2) // inside the first record
+	check("line inside the first record", db, 2)
+	del(rows[2].Pos, 0)
+	del(rows[1].Pos, 0) // under the line: nothing
+	del(rows[3].Pos, 1)
+	check("line moved up inside the record", db, 3)
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db = openDB(t, DefaultConfig(path))
+	check("reopened", db, 3)
+	del(rows[6].Pos, 3) // the rest of the first record, and into the second
+	check("line inside the second record", db, 6)
+	var records int
+	if err := db.r.QueryRowContext(ctx, `SELECT count(*) FROM outbox_messages`).Scan(&records); err != nil || records != 1 {
+		t.Errorf("%d records remain (%v), want 1", records, err)
+	}
+	del(head+1, 2) // past the last record: deleteRecords, not cutRecord
+	check("all deleted", db, 8)
+	next := historytest.MustCommit(t, db, historytest.Draft(g.ID, "carol", "3", "z"))
+	if p := next[0].Deliveries[0].Pos; p <= head {
+		t.Errorf("position %d after deleting all, not above the old head %d", p, head)
+	}
+}
+
+// TestMigration7PacksTheOutbox: the outbox rows of schema version 6 come
+// through migration 7 as one record per message, in the same order, for
+// the same recipients and messages; Head does not go back (the old
+// AUTOINCREMENT counter, deleted rows included), and new messages get
+// positions above it.
+func TestMigration7PacksTheOutbox(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "tetra.db")
+	raw, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := goose.NewProvider(goose.DialectSQLite3, raw, migrations.SQLite(), goose.WithDisableGlobalRegistry(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.UpTo(ctx, 6); err != nil {
+		t.Fatal(err)
+	}
+	for _, stmt := range []string{
+		`INSERT INTO chats (id, kind, title, created_by, created_at) VALUES ('g1', 'group', 'one', 'alice', 1000)`,
+		`INSERT INTO members (chat_id, user_id, joined_at, admin_at) VALUES ('g1', 'alice', 1000, 1000), ('g1', 'bob', 1000, 0), ('g1', 'carol', 1000, 0)`,
+		`INSERT INTO history (message_id, chat_id, sender_id, correlation_id, body, sent_at) VALUES
+			('m1', 'g1', 'alice', 'k1', 'one', 2000), ('m2', 'g1', 'bob', 'k2', 'two', 3000), ('m3', 'g1', 'bob', 'k3', 'three', 4000)`,
+		// m1's rows were reclaimed but alice's; m2 and m3 wait for all.
+		`INSERT INTO outbox (recipient, history_id, created_at) VALUES
+			('alice', 1, 2000), ('bob', 1, 2000), ('carol', 1, 2000),
+			('alice', 2, 3000), ('bob', 2, 3000), ('carol', 2, 3000),
+			('alice', 3, 4000), ('bob', 3, 4000), ('carol', 3, 4000)`,
+		`DELETE FROM outbox WHERE id IN (2, 3)`,
+	} {
+		if _, err := raw.ExecContext(ctx, stmt); err != nil {
+			t.Fatalf("%s: %v", stmt, err)
+		}
+	}
+	raw.Close()
+	db := openDB(t, DefaultConfig(path))
+	got := outboxtest.ScanAll(t, db, 0, -1, 2)
+	want := []struct {
+		to, msg string
+	}{{"alice", "m1"}, {"alice", "m2"}, {"bob", "m2"}, {"carol", "m2"}, {"alice", "m3"}, {"bob", "m3"}, {"carol", "m3"}}
+	if len(got) != len(want) {
+		t.Fatalf("%d rows after migration 7, want %d: %+v", len(got), len(want), got)
+	}
+	for i, w := range want {
+		if got[i].Recipient != w.to || got[i].Message.ID != w.msg || got[i].Message.Body == "" || got[i].CreatedAt.IsZero() {
+			t.Errorf("row %d: %s gets %s (%q, created %v), want %s gets %s", i, got[i].Recipient, got[i].Message.ID,
+				got[i].Message.Body, got[i].CreatedAt, w.to, w.msg)
+		}
+	}
+	head, err := db.Head(ctx, 0)
+	if err != nil || head != 9 {
+		t.Errorf("Head = %d, %v; want the old counter 9", head, err)
+	}
+	for i, w := range []int64{1, 4, 5, 6, 7, 8, 9} { // the rows' old ids
+		if got[i].Pos != w {
+			t.Errorf("row %d at position %d, want its old id %d", i, got[i].Pos, w)
+		}
+	}
+	next := historytest.MustCommit(t, db, historytest.Draft("g1", "carol", "k4", "four"))
+	if p := next[0].Deliveries[0].Pos; p <= head {
+		t.Errorf("new position %d, not above the head %d", p, head)
+	}
+	var _ outbox.Log = db
+}
+
+// TestCommitsWithFdatasync: on Linux an open store has switched SQLite's
+// commits to fdatasync(2) (useFdatasync).
+func TestCommitsWithFdatasync(t *testing.T) {
+	newDB(t)
+	if runtime.GOOS == "linux" && !msqlite.FdatasyncEnabled() {
+		t.Fatal("SQLite still syncs with fsync(2) after Open")
+	}
+}

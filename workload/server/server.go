@@ -170,6 +170,8 @@ type Server struct {
 	nudger   *nudge.Nudger // nil without Config.Nudge.URL
 	chats    *chatCache
 	typing   typingGate       // PROTOCOL.md §7.4 (typing.go)
+	// typingOut gathers forwarded typing frames for typingWindow (typing.go).
+	typingOut *typingBatch
 	presence *presenceTracker // PROTOCOL.md §7.4 (presence.go)
 	metrics  *metrics.Metrics
 	seenMu   sync.Mutex
@@ -263,6 +265,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		b.Close()
 		return nil, err
 	}
+	s.typingOut = newTypingBatch(typingWindow, func(users []string, frame []byte) { s.engine.Broadcast(users, frame, nil) })
 	handoff := func(rs []history.Result) { s.engine.Handoff(outbox.FromResults(rs)) }
 	if s.relay, err = b.NewRelay(s.engine.Handoff); err != nil {
 		b.Close()

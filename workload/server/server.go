@@ -169,13 +169,13 @@ type Server struct {
 	engine   *delivery.Engine
 	nudger   *nudge.Nudger // nil without Config.Nudge.URL
 	chats    *chatCache
-	typing   typingGate       // PROTOCOL.md §7.4 (typing.go)
+	typing   typingGate // PROTOCOL.md §7.4 (typing.go)
 	// typingOut gathers forwarded typing frames for typingWindow (typing.go).
 	typingOut *typingBatch
-	presence *presenceTracker // PROTOCOL.md §7.4 (presence.go)
-	metrics  *metrics.Metrics
-	seenMu   sync.Mutex
-	seen     map[string]struct{} // (user, device) pairs seen connected, for the reconnect count
+	presence  *presenceTracker // PROTOCOL.md §7.4 (presence.go)
+	metrics   *metrics.Metrics
+	seenMu    sync.Mutex
+	seen      map[string]struct{} // (user, device) pairs seen connected, for the reconnect count
 
 	httpSrv    *http.Server
 	ln         net.Listener

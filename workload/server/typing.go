@@ -33,8 +33,10 @@ import (
 // every 5 s per chat at most), one encoded frame shared by every
 // receiver, and one PUBLISH with a shared index. 100 members typing at
 // once in one group forward at most 50 frames a second, each queued on
-// the other 99 members' connections (see BenchmarkTypingFanout for how to
-// measure what that adds to a message load).
+// the other 99 members' connections, gathered for typingWindow so that a
+// receiver writes a moment's frames at once (typingBatch; see
+// BenchmarkTypingFanout for how to measure what that adds to a message
+// load).
 
 // typingGate remembers, per (user, chat), when a typing frame was last
 // forwarded or refused. The zero value is ready.

@@ -60,29 +60,19 @@ func (m *manyStmt) chunks(n int, args []any, f func(k int, st *sql.Stmt, args []
 
 // insert inserts n rows (args in row order) in tx, which get consecutive
 // AUTOINCREMENT ids from firstID on, and fails unless every one was stored
-// with the id planned (each statement's last id is checked).
+// with the id planned (insertIDs' checks).
 func (m *manyStmt) insert(ctx context.Context, tx *sql.Tx, n int, args []any, firstID int64) error {
-	next := firstID
-	return m.chunks(n, args, func(k int, st *sql.Stmt, args []any) error {
-		res, err := tx.StmtContext(ctx, st).ExecContext(ctx, args...)
-		if err != nil {
-			return err
-		}
-		got, err := res.RowsAffected()
-		if err != nil || got != int64(k) {
-			return fmt.Errorf("%d of %d rows stored (%v)", got, k, err)
-		}
-		next += int64(k)
-		if last, err := res.LastInsertId(); err != nil || last != next-1 {
-			return fmt.Errorf("rows stored up to id %d, planned %d (%v)", last, next-1, err)
-		}
-		return nil
-	})
+	ids := make([]int64, n)
+	for i := range ids {
+		ids[i] = firstID + int64(i)
+	}
+	return m.insertIDs(ctx, tx, args, ids)
 }
 
-// insertIDs inserts len(ids) rows (args in row order) in tx whose ids are
-// given in args, ids[i] that of row i, ascending, and fails unless every
-// one was stored (each statement's count and last id are checked).
+// insertIDs inserts len(ids) rows (args in row order) in tx, ids[i] the
+// id row i is planned to get (given in args, or assigned by SQLite),
+// ascending, and fails unless every one was stored so (each statement's
+// count and last id are checked).
 func (m *manyStmt) insertIDs(ctx context.Context, tx *sql.Tx, args []any, ids []int64) error {
 	done := 0
 	return m.chunks(len(ids), args, func(k int, st *sql.Stmt, args []any) error {

@@ -11,13 +11,10 @@ import (
 	"github.com/tetra-messenger/tetra/workload/store/migrations"
 )
 
-// TestMigration4Upgrades: chats of schema version 3 come through
-// migration 4 with their creator as admin (or, with no creator recorded,
-// the earliest member by id), shared history, joined at the creation, and
-// read as before.
-func TestMigration4Upgrades(t *testing.T) {
-	t.Parallel()
-	ctx := t.Context()
+// atVersion creates a database migrated up to version and returns its
+// path and a plain connection to it (close it before opening the store).
+func atVersion(t *testing.T, version int64) (string, *sql.DB) {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "tetra.db")
 	raw, err := sql.Open("sqlite", path)
 	if err != nil {
@@ -27,9 +24,20 @@ func TestMigration4Upgrades(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := p.UpTo(ctx, 3); err != nil {
+	if _, err := p.UpTo(t.Context(), version); err != nil {
 		t.Fatal(err)
 	}
+	return path, raw
+}
+
+// TestMigration4Upgrades: chats of schema version 3 come through
+// migration 4 with their creator as admin (or, with no creator recorded,
+// the earliest member by id), shared history, joined at the creation, and
+// read as before.
+func TestMigration4Upgrades(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	path, raw := atVersion(t, 3)
 	for _, stmt := range []string{
 		`INSERT INTO chats (id, kind, title, created_by, created_at) VALUES ('g1', 'group', 'one', 'alice', 1000), ('g2', 'group', 'two', '', 2000), ('d1', 'direct', '', '', 3000)`,
 		`INSERT INTO members (chat_id, user_id) VALUES ('g1', 'alice'), ('g1', 'bob'), ('g2', 'zed'), ('g2', 'bob'), ('d1', 'alice'), ('d1', 'bob')`,

@@ -1,19 +1,16 @@
 package sqlite
 
 import (
-	"database/sql"
 	"path/filepath"
 	"runtime"
 	"testing"
 
-	"github.com/pressly/goose/v3"
 	msqlite "modernc.org/sqlite"
 
 	"github.com/tetra-messenger/tetra/workload/history"
 	"github.com/tetra-messenger/tetra/workload/history/historytest"
 	"github.com/tetra-messenger/tetra/workload/outbox"
 	"github.com/tetra-messenger/tetra/workload/outbox/outboxtest"
-	"github.com/tetra-messenger/tetra/workload/store/migrations"
 )
 
 // TestDeleteBelowInsideARecord: a line inside a message's record deletes
@@ -100,18 +97,7 @@ func TestDeleteBelowInsideARecord(t *testing.T) {
 func TestMigration7PacksTheOutbox(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	path := filepath.Join(t.TempDir(), "tetra.db")
-	raw, err := sql.Open("sqlite", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := goose.NewProvider(goose.DialectSQLite3, raw, migrations.SQLite(), goose.WithDisableGlobalRegistry(true))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := p.UpTo(ctx, 6); err != nil {
-		t.Fatal(err)
-	}
+	path, raw := atVersion(t, 6)
 	for _, stmt := range []string{
 		`INSERT INTO chats (id, kind, title, created_by, created_at) VALUES ('g1', 'group', 'one', 'alice', 1000)`,
 		`INSERT INTO members (chat_id, user_id, joined_at, admin_at) VALUES ('g1', 'alice', 1000, 1000), ('g1', 'bob', 1000, 0), ('g1', 'carol', 1000, 0)`,

@@ -106,8 +106,8 @@ func testClientEdits(t *testing.T, srv *server.Server) {
 		t.Errorf("bob got %+v, want the edit", m)
 	}
 	var ce *client.Error
-	if _, err := bob.Edit(ctx, chat.ChatID, orig.MessageID, "mine now"); !errors.As(err, &ce) || ce.Code != protocol.CodeForbidden {
-		t.Errorf("bob edits alice's message: %v, want forbidden", err)
+	if _, err := bob.Edit(ctx, chat.ChatID, orig.MessageID, "mine now"); !errors.As(err, &ce) || ce.Code != protocol.CodeNotFound {
+		t.Errorf("bob edits alice's message: %v, want not_found (as an unknown id)", err)
 	}
 	if _, err := bob.Delete(ctx, chat.ChatID, orig.MessageID); !errors.As(err, &ce) || ce.Code != protocol.CodeForbidden {
 		t.Errorf("bob deletes alice's message: %v, want forbidden", err)

@@ -127,11 +127,13 @@ func CommittedRefs(k *Known) {
 
 // checkRef applies the rules of PROTOCOL.md §7.3 to draft i, an edit or a
 // delete, from what the store read (k.Targets, updated by the earlier
-// drafts of this batch in p.targets): the target is an ordinary message
-// of the draft's chat in history (else ErrNotFound), sent by the draft's
-// sender, a delete also allowed to a group admin (k.Admin; nil means
-// sender only; otherwise ErrForbidden), and not deleted (ErrDeleted,
-// checked after the permission). It returns the original as it is after this draft.
+// drafts of this batch in p.targets): the target is a message of the
+// draft's chat in history (else ErrNotFound), for an edit one the draft's
+// sender sent (else ErrNotFound too, as if unknown: nothing is told of
+// another user's message), an ordinary message, not an edit or a delete
+// (ErrInvalid), for a delete sent by the draft's sender or deleted by a
+// group admin (k.Admin; nil means sender only; otherwise ErrForbidden),
+// and not deleted (ErrDeleted, checked after the permission). It returns the original as it is after this draft.
 func (p *CommitPlan) checkRef(d Draft, k Known) (Message, error) {
 	id := d.ref()
 	orig, ok := p.targets[id]
@@ -141,6 +143,12 @@ func (p *CommitPlan) checkRef(d Draft, k Known) (Message, error) {
 	switch {
 	case !ok || orig.ChatID != d.ChatID:
 		return Message{}, fmt.Errorf("%w: %q", ErrNoMessage, id)
+	case d.Edits != "" && orig.SenderID != d.SenderID:
+		// Another user's message is answered as an unknown one (§7.3
+		// allows not_found), before its kind or state is looked at, so an
+		// edit tells nothing of a message the editor may not read (§7.6,
+		// "member" history), as a read receipt or a DELETE of it does not.
+		return Message{}, fmt.Errorf("%w: %q", ErrNoMessage, id)
 	case orig.Kind() != KindMessage:
 		return Message{}, fmt.Errorf("%w: message %q is an edit or a delete; edit or delete the original", ErrInvalid, id)
 	}
@@ -148,10 +156,7 @@ func (p *CommitPlan) checkRef(d Draft, k Known) (Message, error) {
 	// deleted message is forbidden to a non-admin too, as it was before
 	// the delete.
 	if orig.SenderID != d.SenderID && (d.Deletes == "" || k.Admin == nil || !k.Admin(d.ChatID, d.SenderID)) {
-		if d.Deletes != "" {
-			return Message{}, fmt.Errorf("%w: only the sender or a group admin may delete a message", ErrForbidden)
-		}
-		return Message{}, fmt.Errorf("%w: only the sender may edit a message", ErrForbidden)
+		return Message{}, fmt.Errorf("%w: only the sender or a group admin may delete a message", ErrForbidden)
 	}
 	if orig.Deleted {
 		return orig, fmt.Errorf("%w: message %q", ErrDeleted, id)

@@ -525,6 +525,17 @@ func TestE2EHistoryVisibility(t *testing.T) {
 					strings.ReplaceAll(string(hidden), away, "X") != strings.ReplaceAll(string(unknown), "01NOSUCHMESSAGE0000000000", "X") {
 					t.Errorf("an admin's DELETE of a message hidden from him: %d %s; of an unknown id: %d %s; want the same 404", st1, hidden, st2, unknown)
 				}
+				// Nor does an edit: of the hidden message (another
+				// user's) it is answered as of an unknown id.
+				var answers []string
+				for i, id := range []string{away, "01NOSUCHMESSAGE0000000000"} {
+					bob.write(map[string]string{"type": "send", "chatId": g.ChatID, "correlationId": fmt.Sprint("edit-", i), "body": "x", "edits": id})
+					f := bob.expect("error")
+					answers = append(answers, f.Code+": "+strings.ReplaceAll(strings.ReplaceAll(f.Message, id, "X"), fmt.Sprint("edit-", i), "K"))
+				}
+				if answers[0] != answers[1] || !strings.HasPrefix(answers[0], "not_found") {
+					t.Errorf("bob's edit of a message hidden from him answered %q, of an unknown id %q; want the same not_found", answers[0], answers[1])
+				}
 				for _, m := range e.history("carol", g.ChatID, "") {
 					if m.MessageID == away && (m.Deleted || m.Body == "") {
 						t.Errorf("the message hidden from bob was deleted by him: carol reads %+v", m)

@@ -66,7 +66,7 @@ func TestE2EEditAndDelete(t *testing.T) {
 			f    editFrame
 			code string
 		}{
-			{bob, editFrame{"send", chat.ChatID, "x1", "hacked", orig.MessageID}, "forbidden"},
+			{bob, editFrame{"send", chat.ChatID, "x1", "hacked", orig.MessageID}, "not_found"},
 			{alice, editFrame{"send", chat.ChatID, "x2", "x", "01NOSUCHMESSAGE"}, "not_found"},
 			{alice, editFrame{"send", chat.ChatID, "x3", "x", elsewhere.MessageID}, "not_found"},
 			{alice, editFrame{"send", chat.ChatID, "x4", "x", acc.MessageID}, "invalid"},

@@ -147,7 +147,7 @@ func testEditRules(t *testing.T, s history.Store) {
 		d    history.Draft
 		want error
 	}{
-		{"another user's message", EditDraft(g.ID, "bob", "x1", orig.ID, "hacked"), history.ErrForbidden},
+		{"another user's message (as an unknown one: §7.6)", EditDraft(g.ID, "bob", "x1", orig.ID, "hacked"), history.ErrNotFound},
 		{"unknown message", EditDraft(g.ID, "alice", "x2", "01NOSUCHMESSAGE", "x"), history.ErrNotFound},
 		{"message of another chat", EditDraft(g.ID, "alice", "x3", elsewhere.ID, "x"), history.ErrNotFound},
 		{"an edit", EditDraft(g.ID, "alice", "x4", edit.ID, "x"), history.ErrInvalid},

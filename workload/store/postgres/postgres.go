@@ -126,8 +126,7 @@ func migrate(ctx context.Context, pool *pgxpool.Pool) error {
 	if err != nil {
 		return err
 	}
-	_, err = p.Up(ctx)
-	return err
+	return migrations.Up(ctx, p, "postgres")
 }
 
 // sessionLocker makes concurrent Opens of one database migrate one at a

@@ -3,6 +3,7 @@ package sqlite
 import (
 	"path/filepath"
 	"runtime"
+	"strings"
 	"testing"
 
 	msqlite "modernc.org/sqlite"
@@ -151,5 +152,22 @@ func TestCommitsWithFdatasync(t *testing.T) {
 	newDB(t)
 	if runtime.GOOS == "linux" && !msqlite.FdatasyncEnabled() {
 		t.Fatal("SQLite still syncs with fsync(2) after Open")
+	}
+}
+
+// TestRefusesANewerSchema: a database migrated by a newer binary (its
+// goose version above every migration this one embeds, as a downgrade
+// leaves it) is refused at Open with both versions named, instead of
+// failing later on a table this binary does not know.
+func TestRefusesANewerSchema(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "tetra.db")
+	db := openDB(t, DefaultConfig(path))
+	if _, err := db.w.ExecContext(t.Context(), `INSERT INTO goose_db_version (version_id, is_applied) VALUES (99, 1)`); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Open(t.Context(), DefaultConfig(path))
+	if err == nil || !strings.Contains(err.Error(), "version 99, newer than this binary's") {
+		t.Fatalf("Open of a schema-99 database: %v, want a refusal naming version 99", err)
 	}
 }

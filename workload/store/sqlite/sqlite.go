@@ -147,8 +147,7 @@ func migrate(ctx context.Context, w *sql.DB) error {
 		return err
 	}
 	// Not p.Close: that would close the writer pool the store keeps using.
-	_, err = p.Up(ctx)
-	return err
+	return migrations.Up(ctx, p, "sqlite")
 }
 
 // pageQuery reads a page of a chat (?1) after the message ?2, resolved to

@@ -14,4 +14,10 @@
 // Files are append-only once released: a schema change is a new numbered
 // file, never an edit of an applied one, because goose records applied
 // versions in the goose_db_version table and will not re-run a file.
+//
+// Up is how a store applies them: it also refuses a database whose schema
+// is newer than the binary's (what a downgrade leaves), naming both
+// versions. To go back to an older binary, migrate down first with the
+// newer one (every file's Down section is tested: TestMigrationsRoundTrip
+// in both stores).
 package migrations

@@ -114,7 +114,7 @@ func TestFleetKillOneProcess(t *testing.T) {
 	l.finish()
 	stopped := time.Now()
 	if !eventually(10*time.Second, func() bool { return f.outboxCount() == 0 }) {
-		t.Errorf("the outbox holds %d rows 10 s after the traffic stopped (everyone alive acks)", f.outboxCount())
+		t.Errorf("the outbox holds %d rows 10 s after the traffic stopped (everyone alive acks): %s", f.outboxCount(), f.holders())
 	}
 	t.Logf("p2's pinned rows reaped %s after the kill; outbox empty %s after the traffic stopped",
 		reapedAfter.Round(time.Millisecond), time.Since(stopped).Round(time.Millisecond))

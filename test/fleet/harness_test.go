@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/tetra-messenger/tetra/internal/serveproc"
 	"github.com/tetra-messenger/tetra/internal/testenv"
@@ -51,6 +52,8 @@ type proc struct {
 type fleet struct {
 	t      *testing.T
 	pgURL  string
+	rdb    *goredis.Client // the index's Redis, for diagnostics
+	prefix string
 	procs  []*proc
 	db     *pgx.Conn
 	signer *auth.Signer
@@ -64,7 +67,13 @@ func newFleet(t *testing.T, n int, extra ...string) *fleet {
 	pgURL := testenv.Postgres(t)
 	redisURL, prefix := testenv.Redis(t)
 	bin := testenv.TetraBinary(t)
-	f := &fleet{t: t, pgURL: pgURL}
+	f := &fleet{t: t, pgURL: pgURL, prefix: prefix}
+	opt, err := goredis.ParseURL(redisURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.rdb = goredis.NewClient(opt)
+	t.Cleanup(func() { f.rdb.Close() })
 	s, err := auth.NewSigner([]byte(secret))
 	if err != nil {
 		t.Fatal(err)
@@ -156,6 +165,43 @@ func (f *fleet) outboxCount(recipients ...string) int {
 		f.t.Fatalf("count outbox: %v", err)
 	}
 	return n
+}
+
+// holders says what holds the outbox's lowest rows: the lowest row and its
+// recipient, the lowest pins and holds of partition 0 in the index (with
+// the registration of each pinning connection, found in any owner's
+// clients hash) and the owners that heartbeat. For a failure message: a
+// drain that stalls names its cause.
+func (f *fleet) holders() string {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var b strings.Builder
+	var low int64
+	var rcpt string
+	if err := f.db.QueryRow(ctx, "SELECT id, recipient FROM outbox ORDER BY id LIMIT 1").Scan(&low, &rcpt); err == nil {
+		fmt.Fprintf(&b, "lowest outbox row %d (recipient %s); ", low, rcpt)
+	}
+	pins, _ := f.rdb.ZRangeWithScores(ctx, f.prefix+"pins:0", 0, 4).Result()
+	fmt.Fprintf(&b, "lowest pins:")
+	owners, _ := f.rdb.SMembers(ctx, f.prefix+"owners").Result()
+	for _, z := range pins {
+		cid, _ := z.Member.(string)
+		reg := "unregistered"
+		for _, o := range owners {
+			if r, err := f.rdb.HGet(ctx, f.prefix+"clients:"+o, cid).Result(); err == nil {
+				reg = o + " " + r
+			}
+		}
+		pend, _ := f.rdb.HLen(ctx, f.prefix+"st:"+cid).Result()
+		fmt.Fprintf(&b, " [%s at %.0f, %d pending, %s]", cid, z.Score, pend, reg)
+	}
+	holds, _ := f.rdb.ZRangeWithScores(ctx, f.prefix+"holds:0", 0, 4).Result()
+	fmt.Fprintf(&b, "; lowest holds:")
+	for _, z := range holds {
+		fmt.Fprintf(&b, " [%q at %.0f]", z.Member, z.Score)
+	}
+	fmt.Fprintf(&b, "; owners %v", owners)
+	return b.String()
 }
 
 // outboxIDs returns the outbox row ids of recipients.

@@ -140,8 +140,11 @@ type Engine struct {
 	partitions []int32
 	gc         *collector  // the waterline GC (gc.go)
 	ackQ       *ackBatcher // nil: each Ack records itself (ackbatch.go)
-	fastPath   *fastPath   // the hand-off after commit (fastpath.go)
-	poller     *poller     // re-delivery, catch-up and the forward scan (poller.go)
+	// local: the index never waits on I/O (waterline.InProcess), so its
+	// calls get no deadline (ctx).
+	local    bool
+	fastPath *fastPath // the hand-off after commit (fastpath.go)
+	poller   *poller   // re-delivery, catch-up and the forward scan (poller.go)
 	// warnSend logs the index's refusals of sends at most every
 	// slogx.Interval: while Redis is away every send fails.
 	warnSend *slogx.Sampled
@@ -206,6 +209,9 @@ func New(log outbox.Log, idx waterline.Index, tuning func() config.Tuning, cfg C
 	e.fastPath = newFastPath(e, cfg.Concurrency, cfg.FastQueue)
 	e.poller = newPoller(e, e.fastPath.cover)
 	e.warnSend = slogx.NewSampled(slogx.Interval)
+	if ip, ok := idx.(waterline.InProcess); ok && ip.InProcess() {
+		e.local = true
+	}
 	if many, ok := idx.(waterline.ManyAcker); ok && e.cfg.AckWait > 0 {
 		e.ackQ = newAckBatcher(e, many, e.cfg.AckWait)
 	}
@@ -295,7 +301,13 @@ func (e *Engine) CloseAll(code int, reason string) {
 	}
 }
 
+// ctx is the context of one index call: bounded by Config.StoreTimeout,
+// or, for an in-process index, which never waits, without a deadline (a
+// timer per call saved).
 func (e *Engine) ctx() (context.Context, context.CancelFunc) {
+	if e.local {
+		return context.Background(), func() {}
+	}
 	return context.WithTimeout(context.Background(), e.cfg.StoreTimeout)
 }
 
@@ -455,7 +467,9 @@ func (e *Engine) Touch(m *Member) { m.lastSeen.Store(e.now().UnixNano()) }
 // Config.AckWait with one that records many clients' at once (Redis; see
 // ackBatcher), when it always returns nil. Freeing room in the window of a
 // member that has messages waiting wakes the poller, which sends them
-// (catchUp). Ids that are not outstanding are ignored.
+// (catchUp). Ids that are not outstanding are ignored. A remote index
+// recorded without the batcher gets ctx bounded by Config.StoreTimeout
+// when ctx has no deadline of its own.
 func (e *Engine) Ack(ctx context.Context, m *Member, ids []string) error {
 	e.Touch(m)
 	m.mu.Lock()
@@ -478,6 +492,13 @@ func (e *Engine) Ack(ctx context.Context, m *Member, ids []string) error {
 	if e.ackQ != nil {
 		e.ackQ.add(m.client.ID, ids)
 		return nil
+	}
+	if !e.local {
+		if _, ok := ctx.Deadline(); !ok {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, e.cfg.StoreTimeout)
+			defer cancel()
+		}
 	}
 	e.idxMu.RLock()
 	_, err := e.idx.Ack(ctx, m.client.ID, ids)

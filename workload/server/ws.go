@@ -527,11 +527,12 @@ func (c *session) handle(ctx context.Context, data []byte) {
 	case f.Send != nil:
 		c.handleSend(ctx, f.Send, t)
 	case f.Ack != nil:
-		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		if err := c.srv.engine.Ack(actx, c.member, f.Ack.MessageIDs); err != nil {
+		// Engine.Ack bounds the index call itself when it needs to (a
+		// remote index without the ack batcher); a timer per ack frame
+		// here was wasted on the in-process index and the batcher.
+		if err := c.srv.engine.Ack(ctx, c.member, f.Ack.MessageIDs); err != nil {
 			c.srv.warnAck.Warn(c.srv.log, "ack not recorded", "conn", c.id, "err", err)
 		}
-		cancel()
 	case f.Ping != nil:
 		c.send(protocol.Ping{Type: protocol.TypePong})
 	case f.Read != nil:

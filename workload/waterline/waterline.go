@@ -159,6 +159,15 @@ type ManySender interface {
 	SentMany(ctx context.Context, batches []SentBatch, leaseUntil time.Time) []error
 }
 
+// InProcess is implemented by an Index whose methods never wait on I/O
+// (package memory): InProcess reports true, and callers may pass it a
+// context without a deadline instead of bounding every call (a timer per
+// send and per ack, about 2.5 % of the server's CPU at 4,000 msg/s,
+// issue 22). An Index that does not implement it is treated as remote.
+type InProcess interface {
+	InProcess() bool
+}
+
 // AckBatch is one client's part of an AckMany call.
 type AckBatch struct {
 	ClientID   string

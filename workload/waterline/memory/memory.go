@@ -26,6 +26,8 @@ const numShards = 64
 // New or NewWithClock. Every method is safe for concurrent use. The ctx
 // arguments are ignored: no method waits on I/O, and none fails except on a
 // bad argument or an unknown client.
+var _ waterline.InProcess = (*Index)(nil)
+
 type Index struct {
 	now      func() time.Time
 	identity string
@@ -478,6 +480,9 @@ func (x *Index) MarkPrimed(_ context.Context, identity string) error {
 	x.primed, x.primedIdentity = true, identity
 	return nil
 }
+
+// InProcess reports true: no method waits on I/O (waterline.InProcess).
+func (x *Index) InProcess() bool { return true }
 
 // Identity returns the random identity drawn when the index was created;
 // it never changes, not even on Reset.

@@ -25,7 +25,8 @@
 //
 // Two paths reach a socket. The fast path takes the accept pipeline's
 // hand-off right after commit and writes to the recipients' connections
-// through a bounded queue (default 8000) and a pool of workers (default 32);
+// through a bounded queue (default 8000) and a pool of workers (default 32
+// with a remote index, GOMAXPROCS with the in-process one);
 // when the queue is full it sheds, and the poller picks the row up. The
 // poller reads the outbox oldest-first from its scan position, delivers what
 // the fast path missed, and re-delivers what is unacknowledged past its lease

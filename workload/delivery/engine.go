@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,8 +37,12 @@ type Conn interface {
 
 // Config sizes the engine. Zero fields take the defaults.
 type Config struct {
-	FastQueue    int           // fast-path queue, split evenly over the workers; default 8000
-	Concurrency  int           // fast-path workers; default 32
+	FastQueue int // fast-path queue, split evenly over the workers; default 8000
+	// Concurrency is the number of fast-path workers; default 32 for a
+	// remote index (its sends wait on round trips), GOMAXPROCS for an
+	// in-process one (waterline.InProcess: a send never waits, so more
+	// workers than cores only add wake-ups, one per connection's item).
+	Concurrency  int
 	HoldTTL      time.Duration // lifetime of the poller's hold without refresh; default 30 s
 	StoreTimeout time.Duration // per outbox or index call; default 5 s
 	// Holder names this process's poller hold in the index; default a
@@ -72,12 +77,12 @@ type Config struct {
 	Nudges NudgeSink
 }
 
+// remoteWorkers is the default Config.Concurrency with a remote index.
+const remoteWorkers = 32
+
 func (c Config) withDefaults() Config {
 	if c.FastQueue <= 0 {
 		c.FastQueue = 8000
-	}
-	if c.Concurrency <= 0 {
-		c.Concurrency = 32
 	}
 	if c.HoldTTL <= 0 {
 		c.HoldTTL = 30 * time.Second
@@ -200,6 +205,16 @@ func New(log outbox.Log, idx waterline.Index, tuning func() config.Tuning, cfg C
 		logger = slog.Default()
 	}
 	cfg = cfg.withDefaults()
+	local := false
+	if ip, ok := idx.(waterline.InProcess); ok && ip.InProcess() {
+		local = true
+	}
+	if cfg.Concurrency <= 0 {
+		cfg.Concurrency = remoteWorkers
+		if local {
+			cfg.Concurrency = runtime.GOMAXPROCS(0)
+		}
+	}
 	e := &Engine{
 		cfg: cfg, tuning: tuning, outbox: log, idx: idx, logger: logger, now: time.Now,
 		reg:   newRegistry(),
@@ -209,9 +224,7 @@ func New(log outbox.Log, idx waterline.Index, tuning func() config.Tuning, cfg C
 	e.fastPath = newFastPath(e, cfg.Concurrency, cfg.FastQueue)
 	e.poller = newPoller(e, e.fastPath.cover)
 	e.warnSend = slogx.NewSampled(slogx.Interval)
-	if ip, ok := idx.(waterline.InProcess); ok && ip.InProcess() {
-		e.local = true
-	}
+	e.local = local
 	if many, ok := idx.(waterline.ManyAcker); ok && e.cfg.AckWait > 0 {
 		e.ackQ = newAckBatcher(e, many, e.cfg.AckWait)
 	}

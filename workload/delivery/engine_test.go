@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -958,5 +959,43 @@ func TestGCInFlightDoesNotOverDeleteAfterAFlush(t *testing.T) {
 				t.Fatalf("after the rebuild: depth %d -> %d", before, r.depth())
 			}
 		})
+	}
+}
+
+// TestFastPathWorkersFollowTheIndex: without Config.Concurrency the fast
+// path has one worker per core with the in-process index (its sends never
+// wait, so more workers only add wake-ups) and 32 with a remote one
+// (round trips to hide), and only the in-process index makes index calls
+// without a deadline.
+func TestFastPathWorkersFollowTheIndex(t *testing.T) {
+	db := openTestDB(t)
+	for _, c := range []struct {
+		name  string
+		idx   waterline.Index
+		want  int
+		local bool
+	}{
+		{"in-process", memory.New(), runtime.GOMAXPROCS(0), true},
+		{"remote", struct{ waterline.Index }{memory.New()}, 32, false},
+	} {
+		e, err := New(db, c.idx, func() config.Tuning { return config.Default() }, Config{}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := len(e.fastPath.queues); got != c.want || e.local != c.local {
+			t.Errorf("%s index: %d fast-path workers, local %v; want %d, %v", c.name, got, e.local, c.want, c.local)
+		}
+		ctx, cancel := e.ctx()
+		if _, has := ctx.Deadline(); has == c.local {
+			t.Errorf("%s index: index call context has a deadline: %v, want %v", c.name, has, !c.local)
+		}
+		cancel()
+	}
+	e, err := New(db, memory.New(), func() config.Tuning { return config.Default() }, Config{Concurrency: 5}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := len(e.fastPath.queues); got != 5 {
+		t.Errorf("Config.Concurrency 5: %d workers", got)
 	}
 }

@@ -181,7 +181,7 @@ func serverFlags(fs *flag.FlagSet, listen bool) func() (server.Config, error) {
 	fs.IntVar(&cfg.Ingest.MaxBatch, "commit-max-batch", 288, "group commit: most messages per transaction when a backlog is already queued")
 	fs.DurationVar(&cfg.StoreTimeout, "store-timeout", 5*time.Second, "longest a send waits for its commit, queue time included; then it is answered overloaded (and the store counts as failing for /readyz)")
 	fs.IntVar(&cfg.Delivery.FastQueue, "fast-queue", 8000, "fast-path queue; when full, delivery falls back to the poller")
-	fs.IntVar(&cfg.Delivery.Concurrency, "delivery-concurrency", 32, "fast-path delivery workers")
+	fs.IntVar(&cfg.Delivery.Concurrency, "delivery-concurrency", 0, "fast-path delivery workers (0: 32 with a Redis index, GOMAXPROCS with the in-process one)")
 	fs.DurationVar(&cfg.Delivery.OwnerTTL, "owner-ttl", 30*time.Second, "with a Redis index: how long this process stays alive there without a heartbeat; after it, other processes reap its connections' pins")
 	fs.IntVar(&cfg.MaxConns, "max-conns", cfg.MaxConns, "WebSocket connections in total")
 	fs.IntVar(&cfg.MaxConnsPerUser, "max-conns-per-user", cfg.MaxConnsPerUser, "WebSocket connections per user")

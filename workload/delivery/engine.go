@@ -205,10 +205,8 @@ func New(log outbox.Log, idx waterline.Index, tuning func() config.Tuning, cfg C
 		logger = slog.Default()
 	}
 	cfg = cfg.withDefaults()
-	local := false
-	if ip, ok := idx.(waterline.InProcess); ok && ip.InProcess() {
-		local = true
-	}
+	ip, ok := idx.(waterline.InProcess)
+	local := ok && ip.InProcess()
 	if cfg.Concurrency <= 0 {
 		cfg.Concurrency = remoteWorkers
 		if local {
@@ -216,7 +214,7 @@ func New(log outbox.Log, idx waterline.Index, tuning func() config.Tuning, cfg C
 		}
 	}
 	e := &Engine{
-		cfg: cfg, tuning: tuning, outbox: log, idx: idx, logger: logger, now: time.Now,
+		cfg: cfg, tuning: tuning, outbox: log, idx: idx, logger: logger, now: time.Now, local: local,
 		reg:   newRegistry(),
 		stats: Stats{Withdrawals: map[string]int64{}, Rebuilds: map[string]int64{}, SafeLine: map[int32]int64{}},
 	}
@@ -224,7 +222,6 @@ func New(log outbox.Log, idx waterline.Index, tuning func() config.Tuning, cfg C
 	e.fastPath = newFastPath(e, cfg.Concurrency, cfg.FastQueue)
 	e.poller = newPoller(e, e.fastPath.cover)
 	e.warnSend = slogx.NewSampled(slogx.Interval)
-	e.local = local
 	if many, ok := idx.(waterline.ManyAcker); ok && e.cfg.AckWait > 0 {
 		e.ackQ = newAckBatcher(e, many, e.cfg.AckWait)
 	}

@@ -15,7 +15,7 @@ run() { # $1 binary, rest: serve args
   TETRA_JWT_SECRET=ab-secret-0123456789abcdef "$bin" serve --addr 127.0.0.1:$port --data $d/data "$@" >$d/log 2>&1 & local pid=$!
   for _ in $(seq 100); do curl -fs -o /dev/null http://127.0.0.1:$port/healthz && break; sleep 0.1; done
   "$PB" --server tetra --tetra-url http://127.0.0.1:$port --tetra-secret ab-secret-0123456789abcdef --pid $pid \
-    --n 600 --rate "$RATE" --duration 20s --quiet 2>&1 | tail -1
+    --n 600 --rate "$RATE" --duration ${DUR:-20s} --quiet 2>&1 | tail -1
   kill $pid; wait $pid 2>/dev/null; rm -rf $d
 }
 for i in $(seq "$RUNS"); do

@@ -7,12 +7,14 @@
 //
 // Submit never blocks: when the queue (default 8000) is full the send is shed
 // with ErrOverloaded and the client gets the `overloaded` error code. The
-// committer takes up to BatchSize drafts (default 36) or whatever arrived
-// within BatchWait (default 5 ms) of the first, whichever comes first, and
-// commits them in one history.Store.Commit. When a backlog is already queued
-// at that point, the same transaction also takes it, up to MaxBatch (default
-// 8 x 36), so under load each fsync carries more messages rather than the
-// queue growing. A failed commit answers every
+// committer takes up to BatchSize drafts (default 72) or whatever arrived
+// within BatchWait (default 10 ms) of the first, whichever comes first, and
+// commits them in one history.Store.Commit; while sends arrive BatchWait or
+// more apart (a moving average of their gaps), it does not wait at all, so
+// a lone send at a low rate commits at once. When a backlog is already
+// queued at that point, the same transaction also takes it, up to MaxBatch
+// (default 8 x 72), so under load each fsync carries more messages rather
+// than the queue growing. A failed commit answers every
 // draft of the batch with ErrOverloaded-style failure: nothing was stored and
 // the client may resend with the same correlationId.
 //

@@ -125,6 +125,67 @@ func TestGroupCommitFlushesAfterWait(t *testing.T) {
 	}
 }
 
+// TestSparseSendsCommitWithoutWaiting: once sends arrive BatchWait or more
+// apart, a lone send is committed at once, not after a wait that would
+// gather nothing; and a fresh pipeline (no history of gaps) still waits.
+func TestSparseSendsCommitWithoutWaiting(t *testing.T) {
+	st, chat := setup(t)
+	const wait = 100 * time.Millisecond
+	p, _ := New(st, Config{BatchSize: 100, BatchWait: wait}, nil, nil, Hooks{}, quiet)
+	p.Start()
+	defer p.Stop(context.Background())
+	send := func(i int) time.Duration {
+		done := make(chan error, 1)
+		start := time.Now()
+		_ = p.Submit(Request{Draft: draft(chat, i), Done: func(_ history.Result, err error) { done <- err }})
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		return time.Since(start)
+	}
+	if took := send(0); took < wait {
+		t.Fatalf("the first send committed after %v: a fresh pipeline should wait %v for company", took, wait)
+	}
+	// Six more gaps of over 2 x BatchWait bring the average gap past
+	// BatchWait (each gap counts at most 2 x BatchWait, weight 1/8).
+	for i := 1; i <= 7; i++ {
+		time.Sleep(2*wait + 20*time.Millisecond)
+		if took := send(i); i == 7 && took >= wait {
+			t.Fatalf("send %d, after %d sends %v apart, committed after %v: it waited for company that was not coming", i, i, 2*wait, took)
+		}
+	}
+}
+
+func TestArrivalGaps(t *testing.T) {
+	const wait = 10 * time.Millisecond
+	var g arrivalGaps
+	at := time.Unix(0, 0)
+	g.observe(at, wait)
+	if g.sparse(wait) {
+		t.Fatal("one send: sparse, want busy")
+	}
+	for i := 0; i < 5; i++ { // gaps far longer than the wait count as 2 x wait
+		at = at.Add(time.Hour)
+		g.observe(at, wait)
+	}
+	if g.sparse(wait) {
+		t.Fatalf("five long gaps: average %v, want still under the wait", g.avg)
+	}
+	at = at.Add(time.Hour)
+	g.observe(at, wait)
+	if !g.sparse(wait) {
+		t.Fatalf("six long gaps: average %v, want sparse", g.avg)
+	}
+	for i := 0; i < 6; i++ { // a burst: sends 100 µs apart, or reordered
+		at = at.Add(100 * time.Microsecond)
+		g.observe(at, wait)
+		g.observe(at.Add(-time.Millisecond), wait)
+	}
+	if g.sparse(wait) {
+		t.Fatalf("a burst of 12 sends: average %v, want busy again", g.avg)
+	}
+}
+
 func TestFullQueueShedsAndFailedCommitAnswersEverySend(t *testing.T) {
 	st, chat := setup(t)
 	st.gate = make(chan struct{})

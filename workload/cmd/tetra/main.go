@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/tetra-messenger/tetra/workload/auth"
+	"github.com/tetra-messenger/tetra/workload/ingest"
 	"github.com/tetra-messenger/tetra/workload/nudge"
 	"github.com/tetra-messenger/tetra/workload/server"
 	redisidx "github.com/tetra-messenger/tetra/workload/waterline/redis"
@@ -176,9 +177,9 @@ func serverFlags(fs *flag.FlagSet, listen bool) func() (server.Config, error) {
 	fs.StringVar(&cfg.TuningDir, "tuning-dir", "", "directory of tuning files (one per key, as a mounted ConfigMap), reloaded live")
 	t.RegisterFlags(fs) // every tuning knob (config.Knobs)
 	fs.IntVar(&cfg.Ingest.QueueSize, "inbound-queue", 8000, "inbound queue; beyond it sends are shed as overloaded")
-	fs.IntVar(&cfg.Ingest.BatchSize, "commit-batch", 36, "group commit: messages per transaction")
-	fs.DurationVar(&cfg.Ingest.BatchWait, "commit-wait", 5*time.Millisecond, "group commit: longest wait to fill a batch")
-	fs.IntVar(&cfg.Ingest.MaxBatch, "commit-max-batch", 288, "group commit: most messages per transaction when a backlog is already queued")
+	fs.IntVar(&cfg.Ingest.BatchSize, "commit-batch", ingest.DefaultBatchSize, "group commit: messages per transaction")
+	fs.DurationVar(&cfg.Ingest.BatchWait, "commit-wait", ingest.DefaultBatchWait, "group commit: longest wait to fill a batch (skipped while sends arrive this far apart)")
+	fs.IntVar(&cfg.Ingest.MaxBatch, "commit-max-batch", 8*ingest.DefaultBatchSize, "group commit: most messages per transaction when a backlog is already queued")
 	fs.DurationVar(&cfg.StoreTimeout, "store-timeout", 5*time.Second, "longest a send waits for its commit, queue time included; then it is answered overloaded (and the store counts as failing for /readyz)")
 	fs.IntVar(&cfg.Delivery.FastQueue, "fast-queue", 8000, "fast-path queue; when full, delivery falls back to the poller")
 	fs.IntVar(&cfg.Delivery.Concurrency, "delivery-concurrency", 0, "fast-path delivery workers (0: 32 with a Redis index, GOMAXPROCS with the in-process one)")

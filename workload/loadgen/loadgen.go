@@ -112,6 +112,10 @@ type Config struct {
 	// TypingInterval is how often each of them sends one; default
 	// protocol.TypingInterval (2 s: a client whose user keeps typing).
 	TypingInterval time.Duration
+	// CPUProfile, when set, receives a CPU profile (runtime/pprof) of this
+	// process from the start of sending to the end of the drain: the load
+	// generator's own cost, and the server's too with InProcess.
+	CPUProfile io.Writer
 }
 
 // DefaultConfig is the acceptance run: 200 clients in pairs at
@@ -259,6 +263,17 @@ type Report struct {
 	TypingMembers  int
 	TypingSent     int64
 	TypingReceived int64
+	// The load generator's own CPU (getrusage: every thread of this
+	// process): over the window from the start of sending to the end of
+	// the drain (LoadgenWindow long), split into user and system time, and
+	// over the whole run (connecting, sending, draining, reconciling,
+	// closing). 0 when unknown. With InProcess it includes the server's.
+	LoadgenCPUWindow     time.Duration
+	LoadgenCPUWindowUser time.Duration
+	LoadgenCPUWindowSys  time.Duration
+	LoadgenWindow        time.Duration
+	LoadgenCPUTotal      time.Duration
+	InProcess            bool // the server ran in the load generator's process
 }
 
 // Problems lists what makes the run a failure: pairs lost, or not one
@@ -353,6 +368,9 @@ func (r *Report) String() string {
 		p("server peak RSS", mib(r.ServerPeakRSS))
 		p("server CPU", fmt.Sprintf("%.1f s", r.ServerCPUSeconds))
 	}
+	if line := r.loadgenCPULine(); line != "" {
+		p("loadgen CPU", line)
+	}
 	verdict := "OK: 0 lost"
 	if !r.OK() {
 		verdict = "FAIL: " + strings.Join(r.Problems(), "; ")
@@ -417,6 +435,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("loadgen: %w", err)
 	}
+	cpu := startCPU()
 	r := &run{cfg: cfg, runID: randomSecret()[:8], acc: map[string]accepted{}, errs: map[string]int64{}, chats: map[string][]int{}}
 	r.outboxMax.Store(-1)
 	if f := cfg.IndexFault; f == "restart" || f == "stale" {
@@ -448,6 +467,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	rep := r.drive(ctx)
 	r.closeClients()
+	if c, ok := cpu.since(); ok {
+		rep.LoadgenCPUTotal = c.total()
+	}
+	rep.InProcess = cfg.InProcess
 	if err := ctx.Err(); err != nil {
 		// Interrupted: the reconciliation could not finish (its history
 		// reads were cancelled), so there is no report to trust.
@@ -653,6 +676,9 @@ func (r *run) closeClients() {
 func (r *run) drive(ctx context.Context) *Report {
 	cfg := r.cfg
 	start := time.Now()
+	cpu := startCPU()
+	stopProfile := r.startProfile()
+	defer stopProfile()
 	sendCtx, stopSending := context.WithTimeout(ctx, cfg.Duration)
 	defer stopSending()
 	var senders sync.WaitGroup
@@ -734,8 +760,15 @@ func (r *run) drive(ctx context.Context) *Report {
 		time.Sleep(200 * time.Millisecond)
 	}
 	close(progressDone)
+	window := time.Since(start)
+	windowCPU, cpuOK := cpu.since()
+	stopProfile()
 	resynced := r.resyncStuck(ctx)
 	rep := r.report(ctx, sendPhase)
+	if cpuOK {
+		rep.LoadgenCPUWindow, rep.LoadgenCPUWindowUser, rep.LoadgenCPUWindowSys = windowCPU.total(), windowCPU.User, windowCPU.Sys
+		rep.LoadgenWindow = window
+	}
 	rep.StuckResynced = resynced
 	if ty := r.typists; ty != nil {
 		rep.TypingMembers, rep.TypingSent, rep.TypingReceived = len(ty.clients), ty.sent.Load(), ty.received.Load()

@@ -1,6 +1,7 @@
 package loadgen
 
 import (
+	"bytes"
 	"context"
 	"strings"
 	"sync/atomic"
@@ -22,7 +23,10 @@ func shortConfig() Config {
 
 func TestPairsReconcileWithNothingLost(t *testing.T) {
 	t.Parallel()
-	rep, err := Run(context.Background(), shortConfig())
+	cfg := shortConfig()
+	var prof bytes.Buffer
+	cfg.CPUProfile = &prof
+	rep, err := Run(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,6 +36,38 @@ func TestPairsReconcileWithNothingLost(t *testing.T) {
 	}
 	if rep.OutboxFinal != 0 {
 		t.Fatalf("outbox did not drain: %d rows left", rep.OutboxFinal)
+	}
+	// The load generator's own CPU: measured over the window and the
+	// whole run, and said to include the in-process server's.
+	if rep.LoadgenCPUWindow <= 0 || rep.LoadgenCPUTotal < rep.LoadgenCPUWindow || rep.LoadgenWindow < cfg.Duration ||
+		rep.LoadgenCPUWindowUser+rep.LoadgenCPUWindowSys != rep.LoadgenCPUWindow {
+		t.Fatalf("loadgen CPU: window %v (user %v, sys %v) over %v, whole run %v", rep.LoadgenCPUWindow,
+			rep.LoadgenCPUWindowUser, rep.LoadgenCPUWindowSys, rep.LoadgenWindow, rep.LoadgenCPUTotal)
+	}
+	if s := rep.String(); !strings.Contains(s, "\nloadgen CPU ") || !strings.Contains(s, "not separable") {
+		t.Fatalf("the report does not state the load generator's CPU, or not that it includes the server's:\n%s", s)
+	}
+	if prof.Len() == 0 {
+		t.Fatal("Config.CPUProfile got no profile")
+	}
+}
+
+func TestReportStatesLoadgenCPUPerFrame(t *testing.T) {
+	t.Parallel()
+	rep := &Report{Clients: 2, GroupSize: 2, Frames: 1000, ServerPeakRSS: 1 << 20, ServerCPUSeconds: 3,
+		LoadgenCPUWindow: 1500 * time.Millisecond, LoadgenCPUWindowUser: time.Second, LoadgenCPUWindowSys: 500 * time.Millisecond,
+		LoadgenWindow: 21 * time.Second, LoadgenCPUTotal: 2 * time.Second}
+	s := rep.String()
+	want := "loadgen CPU              1.50 s over sending and drain (21s: user 1.00 s + sys 0.50 s), 2.00 s whole run; 1500.0 µs per frame\n"
+	if !strings.Contains(s, "server CPU               3.0 s\n"+want) {
+		t.Fatalf("want the server CPU line, then\n%s\ngot\n%s", want, s)
+	}
+	if strings.Contains(s, "separable") {
+		t.Fatalf("a child-process server is separable:\n%s", s)
+	}
+	rep.LoadgenCPUWindow = 0
+	if s := rep.String(); strings.Contains(s, "loadgen CPU") {
+		t.Fatalf("unknown CPU rendered:\n%s", s)
 	}
 }
 

@@ -49,6 +49,8 @@ func loadgenCmd(args []string, stdout, stderr io.Writer) error {
 		"(PROTOCOL.md §7.4), alongside the message load; 0 = none")
 	typingEvery := fs.Duration("typing-interval", protocol.TypingInterval, "how often each typing member sends a typing frame (a client whose user keeps typing)")
 	quiet := fs.Bool("quiet", false, "no progress lines")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile (runtime/pprof) of the load generator, from the start of sending\n"+
+		"to the end of the drain, to this file (with --in-process the server's share is in it too)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -66,6 +68,14 @@ func loadgenCmd(args []string, stdout, stderr io.Writer) error {
 		TypingMembers: *typing, TypingInterval: *typingEvery}
 	if !*quiet {
 		cfg.Progress = stderr
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return fmt.Errorf("loadgen: %w", err)
+		}
+		defer f.Close()
+		cfg.CPUProfile = f
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

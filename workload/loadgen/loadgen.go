@@ -750,8 +750,10 @@ func (r *run) drive(ctx context.Context) *Report {
 	// Drain: wait until every expected pair was reported, then for the
 	// outbox to empty.
 	deadline := time.Now().Add(cfg.Drain)
-	for time.Now().Before(deadline) && ctx.Err() == nil && r.missing(false) > 0 {
+	pending := r.missingPairs() // every sendOne returned: acc is complete
+	for time.Now().Before(deadline) && ctx.Err() == nil && len(pending) > 0 {
 		time.Sleep(100 * time.Millisecond)
+		pending = stillMissing(pending)
 	}
 	for time.Now().Before(deadline) && ctx.Err() == nil {
 		if d := r.target.outboxDepth(ctx); d <= 0 {
@@ -850,34 +852,56 @@ func (r *run) resyncStuck(ctx context.Context) int64 {
 	return n
 }
 
-// missing counts expected pairs not reported yet, to stuck recipients too
-// when withStuck.
-func (r *run) missing(withStuck bool) int64 {
+// pair is an expected (message, recipient) pair of the reconciliation.
+type pair struct {
+	id string
+	m  *member
+}
+
+// missingPairs lists the expected pairs not reported yet, leaving out the
+// stuck recipients (they are resynced at the end). The drain computes it
+// once and then re-checks only what it returned (stillMissing): polling
+// every pair each time cost O(accepted x group size) every 100 ms.
+func (r *run) missingPairs() []pair {
 	r.accMu.Lock()
 	acc := make(map[string]accepted, len(r.acc))
 	for k, v := range r.acc {
 		acc[k] = v
 	}
 	r.accMu.Unlock()
-	var n int64
+	var out []pair
 	for id, a := range acc {
 		for _, i := range r.chats[a.chat] {
 			if i == a.sender {
 				continue
 			}
 			m := r.members[i]
-			if m.kind == stuckClient && !withStuck {
+			if m.kind == stuckClient {
 				continue
 			}
 			m.mu.Lock()
 			_, ok := m.got[id]
 			m.mu.Unlock()
 			if !ok {
-				n++
+				out = append(out, pair{id: id, m: m})
 			}
 		}
 	}
-	return n
+	return out
+}
+
+// stillMissing keeps the pairs of ps not reported yet (reusing ps).
+func stillMissing(ps []pair) []pair {
+	out := ps[:0]
+	for _, p := range ps {
+		p.m.mu.Lock()
+		_, ok := p.m.got[p.id]
+		p.m.mu.Unlock()
+		if !ok {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 func (r *run) progress(ctx context.Context, start time.Time, done chan struct{}) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
@@ -1010,6 +1011,42 @@ func TestHTTPHelpers(t *testing.T) {
 	_ = err // the fake accepts it; the real server's rules are tested there
 	if e := httpError(http.StatusNotFound, []byte("<html>nope</html>")); e.Code != protocol.CodeNotFound || e.Message != "<html>nope</html>" {
 		t.Fatalf("non-JSON error body: %+v", e)
+	}
+}
+
+// A write that does not finish within WriteTimeout (the server stopped
+// reading and the socket buffers are full) drops the connection, which is
+// then replaced.
+func TestWriteTimeoutDropsConnection(t *testing.T) {
+	stop := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ws, err := websocket.Accept(w, r, nil)
+		if err != nil {
+			return
+		}
+		defer ws.CloseNow()
+		hello := protocol.Hello{Type: protocol.TypeHello, UserID: "alice", Device: "default", ConnectionID: "c",
+			Limits: protocol.Limits{MaxBodyBytes: 1 << 20, MaxInFlightSends: 64}}
+		if ws.Write(r.Context(), websocket.MessageText, protocol.Encode(hello)) != nil {
+			return
+		}
+		<-stop // never reads: the client's writes fill the socket buffers
+	}))
+	defer srv.Close()
+	defer close(stop)
+	r := newRecorder()
+	cfg := Config{URL: srv.URL, Token: "t", OnState: func(s StateChange) { r.states <- s }, DisableRateLimit: true,
+		Chats: func(context.Context) ([]string, error) { return nil, nil }, WriteTimeout: 200 * time.Millisecond}
+	c := dial(t, cfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	body := strings.Repeat("x", 1<<20)
+	for i := range 64 {
+		go func() { _, _ = c.SendWithID(ctx, "c1", fmt.Sprint("big", i), body) }()
+	}
+	sc := r.waitState(t, StateReconnecting)
+	if sc.CloseCode != -1 || sc.Err == nil || !strings.Contains(sc.Err.Error(), "WriteTimeout") {
+		t.Fatalf("dropped with %+v", sc)
 	}
 }
 

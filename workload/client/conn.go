@@ -49,6 +49,13 @@ type conn struct {
 
 	lastRead atomic.Int64 // unix nanoseconds of the last frame or ping received
 
+	// writeDeadline drops the connection when one write of the writer
+	// goroutine takes longer than Config.WriteTimeout; only that goroutine
+	// arms it. One timer per connection, reset per write, costs less than
+	// a context with a deadline per frame (a timer, a context and a
+	// cancellation registration each).
+	writeDeadline *time.Timer
+
 	// ended is set by Client.connDown (under Client.mu) once the reader
 	// saw the connection end; install then leaves it uninstalled.
 	ended bool
@@ -107,6 +114,11 @@ func (c *Client) connect(ctx context.Context) (*conn, error) {
 	}
 	cn.ws = ws
 	cn.ctx, cn.cancel = context.WithCancel(context.Background())
+	timeout := c.cfg.WriteTimeout
+	cn.writeDeadline = time.AfterFunc(time.Hour, func() {
+		cn.fail(fmt.Errorf("client: a write took longer than WriteTimeout (%v): dropping the connection", timeout))
+	})
+	cn.writeDeadline.Stop()
 	cn.lastRead.Store(time.Now().UnixNano())
 	cn.wg.Add(2)
 	go cn.readLoop()
@@ -195,10 +207,11 @@ func (cn *conn) writeLoop() {
 	}
 	ping := protocol.Encode(protocol.Ping{Type: protocol.TypePing})
 
+	defer cn.writeDeadline.Stop()
 	var spare []string
 	flush := func() bool {
 		ids := cn.takeAcks(spare)
-		if err := cn.writeAcks(ids); err != nil {
+		if err := cn.writeAcks(ids, cn.write); err != nil {
 			cn.fail(err)
 			return false
 		}
@@ -246,7 +259,24 @@ func (cn *conn) writeLoop() {
 	}
 }
 
+// write writes one frame from the writer goroutine, within WriteTimeout
+// (writeDeadline). A connection that ends meanwhile unblocks it: down
+// closes the socket.
 func (cn *conn) write(b []byte) error {
+	cn.writeDeadline.Reset(cn.c.cfg.WriteTimeout)
+	err := cn.ws.Write(context.Background(), websocket.MessageText, b)
+	if !cn.writeDeadline.Stop() && err == nil {
+		// The deadline passed as the write ended: the connection is being
+		// dropped all the same.
+		err = errWriteTimeout
+	}
+	return err
+}
+
+var errWriteTimeout = errors.New("client: write timed out")
+
+// writeCtx writes one frame from any goroutine, within WriteTimeout.
+func (cn *conn) writeCtx(b []byte) error {
 	ctx, cancel := context.WithTimeout(cn.ctx, cn.c.cfg.WriteTimeout)
 	defer cancel()
 	return cn.ws.Write(ctx, websocket.MessageText, b)
@@ -295,14 +325,14 @@ func (cn *conn) takeAcks(spare []string) []string {
 	return ids
 }
 
-// writeAcks writes ids in frames of at most AckBatch ids.
-func (cn *conn) writeAcks(ids []string) error {
+// writeAcks writes ids in frames of at most AckBatch ids with write.
+func (cn *conn) writeAcks(ids []string, write func([]byte) error) error {
 	for len(ids) > 0 {
 		n := min(len(ids), cn.c.cfg.AckBatch)
 		b := protocol.Encode(protocol.Ack{Type: protocol.TypeAck, MessageIDs: ids[:n]})
 		cn.c.st.ackFrames.Add(1)
 		cn.c.st.ackedIDs.Add(int64(n))
-		if err := cn.write(b); err != nil {
+		if err := write(b); err != nil {
 			return err
 		}
 		ids = ids[n:]
@@ -313,7 +343,7 @@ func (cn *conn) writeAcks(ids []string) error {
 // flushAcksNow writes the queued acks from the calling goroutine, before a
 // graceful close. Errors do not matter: the connection is closing.
 func (cn *conn) flushAcksNow() {
-	_ = cn.writeAcks(cn.takeAcks(nil))
+	_ = cn.writeAcks(cn.takeAcks(nil), cn.writeCtx)
 }
 
 // register adds a send attempt waiting for correlationID's answer; nil when

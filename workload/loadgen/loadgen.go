@@ -379,11 +379,6 @@ func (r *Report) String() string {
 	return b.String()
 }
 
-type accepted struct {
-	chat   string
-	sender int
-}
-
 type memberKind int
 
 const (
@@ -399,8 +394,7 @@ type member struct {
 	user string
 	c    *client.Client
 	chat string
-	mu   sync.Mutex
-	got  map[string]struct{}
+	pos  int // position in its chat's members (r.chats[chat])
 }
 
 type run struct {
@@ -412,8 +406,7 @@ type run struct {
 	chats   map[string][]int // chat -> member indexes
 	typists *typists         // the typing group (Config.TypingMembers), nil without
 
-	accMu sync.Mutex
-	acc   map[string]accepted
+	ledger *ledger // accepted sends and deliveries, by message
 
 	latMu    sync.Mutex
 	lat      []time.Duration
@@ -436,7 +429,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, fmt.Errorf("loadgen: %w", err)
 	}
 	cpu := startCPU()
-	r := &run{cfg: cfg, runID: randomSecret()[:8], acc: map[string]accepted{}, errs: map[string]int64{}, chats: map[string][]int{}}
+	r := &run{cfg: cfg, runID: randomSecret()[:8], ledger: newLedger(), errs: map[string]int64{}, chats: map[string][]int{}}
 	r.outboxMax.Store(-1)
 	if f := cfg.IndexFault; f == "restart" || f == "stale" {
 		own, err := startOwnRedis(ctx, f)
@@ -523,7 +516,7 @@ func (r *run) connect(ctx context.Context) error {
 		// consecutive clients, so with nt > 1 the two members of a pair
 		// are always on different targets (i and i+1 differ mod nt).
 		m := &member{idx: i, home: i % nt, kind: kindOf(i, r.cfg.StuckShare, r.cfg.SlowShare),
-			user: fmt.Sprintf("lg%s-%05d", r.runID, i), got: map[string]struct{}{}}
+			user: fmt.Sprintf("lg%s-%05d", r.runID, i)}
 		tok, err := signer.Issue(m.user, 0)
 		if err != nil {
 			return err
@@ -571,7 +564,7 @@ func (r *run) connect(ctx context.Context) error {
 			chatID = chat.ChatID
 		}
 		for i := start; i < end; i++ {
-			r.members[i].chat = chatID
+			r.members[i].chat, r.members[i].pos = chatID, len(r.chats[chatID])
 			r.chats[chatID] = append(r.chats[chatID], i)
 		}
 	}
@@ -606,9 +599,7 @@ func (r *run) onMessage(m *member, msg protocol.Message) {
 		id := msg.MessageID
 		time.AfterFunc(r.cfg.SlowAckDelay, func() { _ = m.c.Ack(id) })
 	}
-	m.mu.Lock()
-	m.got[msg.MessageID] = struct{}{}
-	m.mu.Unlock()
+	r.ledger.report(msg.MessageID, msg.ChatID, m)
 	if i := strings.IndexByte(msg.Body, '|'); i > 0 {
 		if ns, err := strconv.ParseInt(msg.Body[:i], 10, 64); err == nil {
 			d := time.Duration(time.Now().UnixNano() - ns)
@@ -753,7 +744,7 @@ func (r *run) drive(ctx context.Context) *Report {
 	pending := r.missingPairs() // every sendOne returned: acc is complete
 	for time.Now().Before(deadline) && ctx.Err() == nil && len(pending) > 0 {
 		time.Sleep(100 * time.Millisecond)
-		pending = stillMissing(pending)
+		pending = r.stillMissing(pending)
 	}
 	for time.Now().Before(deadline) && ctx.Err() == nil {
 		if d := r.target.outboxDepth(ctx); d <= 0 {
@@ -798,9 +789,7 @@ func (r *run) sendOne(ctx context.Context, m *member, corr, pad string) {
 		r.errMu.Unlock()
 		return
 	}
-	r.accMu.Lock()
-	r.acc[acc.MessageID] = accepted{chat: m.chat, sender: m.idx}
-	r.accMu.Unlock()
+	r.ledger.accept(acc.MessageID, m.chat, m.idx)
 }
 
 // sends reports whether m is one of its chat's senders (Config.Senders).
@@ -826,27 +815,18 @@ func (r *run) sendersPerChat() int {
 // chat's whole history (as a client reopened after the run would) and
 // reports what it had not seen. It returns the pairs found that way.
 func (r *run) resyncStuck(ctx context.Context) int64 {
-	r.accMu.Lock()
-	acc := make(map[string]accepted, len(r.acc))
-	for k, v := range r.acc {
-		acc[k] = v
-	}
-	r.accMu.Unlock()
 	var n int64
 	for _, m := range r.members {
 		if m.kind != stuckClient || m.chat == "" {
 			continue
 		}
 		for id := range r.history(ctx, m) {
-			if a, ok := acc[id]; !ok || a.sender == m.idx || a.chat != m.chat {
+			if a, ok := r.ledger.acceptedMsg(id); !ok || a.sender == m.idx || a.chat != m.chat {
 				continue // its own send, or one never answered accepted
 			}
-			m.mu.Lock()
-			if _, ok := m.got[id]; !ok {
-				m.got[id] = struct{}{}
+			if r.ledger.report(id, m.chat, m) {
 				n++
 			}
-			m.mu.Unlock()
 		}
 	}
 	return n
@@ -863,14 +843,8 @@ type pair struct {
 // once and then re-checks only what it returned (stillMissing): polling
 // every pair each time cost O(accepted x group size) every 100 ms.
 func (r *run) missingPairs() []pair {
-	r.accMu.Lock()
-	acc := make(map[string]accepted, len(r.acc))
-	for k, v := range r.acc {
-		acc[k] = v
-	}
-	r.accMu.Unlock()
 	var out []pair
-	for id, a := range acc {
+	for _, a := range r.ledger.acceptedMsgs() {
 		for _, i := range r.chats[a.chat] {
 			if i == a.sender {
 				continue
@@ -879,11 +853,8 @@ func (r *run) missingPairs() []pair {
 			if m.kind == stuckClient {
 				continue
 			}
-			m.mu.Lock()
-			_, ok := m.got[id]
-			m.mu.Unlock()
-			if !ok {
-				out = append(out, pair{id: id, m: m})
+			if !r.ledger.has(a.id, m) {
+				out = append(out, pair{id: a.id, m: m})
 			}
 		}
 	}
@@ -891,13 +862,10 @@ func (r *run) missingPairs() []pair {
 }
 
 // stillMissing keeps the pairs of ps not reported yet (reusing ps).
-func stillMissing(ps []pair) []pair {
+func (r *run) stillMissing(ps []pair) []pair {
 	out := ps[:0]
 	for _, p := range ps {
-		p.m.mu.Lock()
-		_, ok := p.m.got[p.id]
-		p.m.mu.Unlock()
-		if !ok {
+		if !r.ledger.has(p.id, p.m) {
 			out = append(out, p)
 		}
 	}
@@ -928,9 +896,7 @@ func (r *run) progress(ctx context.Context, start time.Time, done chan struct{})
 			frames += st.MessageFrames
 			reconnects += st.Reconnects
 		}
-		r.accMu.Lock()
-		acc := len(r.acc)
-		r.accMu.Unlock()
+		acc := r.ledger.accepted.Load()
 		fmt.Fprintf(r.cfg.Progress, "t=%3.0fs sent=%d accepted=%d frames=%d outbox=%d reconnects=%d\n",
 			time.Since(start).Seconds(), r.sent.Load(), acc, frames, depth, reconnects)
 	}
@@ -945,26 +911,20 @@ func (r *run) report(ctx context.Context, sendPhase time.Duration) *Report {
 		rep.SendErrors[k] = v
 	}
 	r.errMu.Unlock()
-	r.accMu.Lock()
-	acc := r.acc
-	r.accMu.Unlock()
+	acc := r.ledger.acceptedMsgs()
 	rep.Accepted = int64(len(acc))
 	rep.AchievedRate = float64(rep.Accepted) / sendPhase.Seconds()
 	missingBy := map[int][]string{}
-	for id, a := range acc {
+	for _, a := range acc {
 		for _, i := range r.chats[a.chat] {
 			if i == a.sender {
 				continue
 			}
 			rep.Expected++
-			m := r.members[i]
-			m.mu.Lock()
-			_, ok := m.got[id]
-			m.mu.Unlock()
-			if ok {
+			if r.ledger.has(a.id, r.members[i]) {
 				rep.Received++
 			} else {
-				missingBy[i] = append(missingBy[i], id)
+				missingBy[i] = append(missingBy[i], a.id)
 			}
 		}
 	}

@@ -58,10 +58,13 @@ type accepted struct {
 	sender int
 }
 
-func newLedger() *ledger {
+// newLedger returns an empty ledger sized for about msgs messages (a
+// hint: it grows past it).
+func newLedger(msgs int) *ledger {
 	l := &ledger{seed: maphash.MakeSeed()}
+	per := min(max(msgs, 0), 1<<22) / ledgerShards
 	for i := range l.shards {
-		l.shards[i].msgs = map[string]*msgRecord{}
+		l.shards[i].msgs = make(map[string]*msgRecord, per)
 	}
 	return l
 }

@@ -20,7 +20,7 @@ func TestLedgerAnswersPerMember(t *testing.T) {
 		}
 		ms = append(ms, m)
 	}
-	l := newLedger()
+	l := newLedger(0)
 
 	// A delivery reported before its send was answered.
 	if !l.report("m1", "a", ms[1]) || l.report("m1", "a", ms[1]) {
@@ -68,7 +68,7 @@ func TestLedgerAnswersPerMember(t *testing.T) {
 
 func TestLedgerConcurrentReports(t *testing.T) {
 	t.Parallel()
-	l := newLedger()
+	l := newLedger(0)
 	var ms []*member
 	for i := range 10 {
 		ms = append(ms, &member{idx: i, chat: "c", pos: i})

@@ -429,7 +429,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, fmt.Errorf("loadgen: %w", err)
 	}
 	cpu := startCPU()
-	r := &run{cfg: cfg, runID: randomSecret()[:8], ledger: newLedger(), errs: map[string]int64{}, chats: map[string][]int{}}
+	r := &run{cfg: cfg, runID: randomSecret()[:8], ledger: newLedger(int(cfg.Rate * cfg.Duration.Seconds())), errs: map[string]int64{}, chats: map[string][]int{}}
 	r.outboxMax.Store(-1)
 	if f := cfg.IndexFault; f == "restart" || f == "stale" {
 		own, err := startOwnRedis(ctx, f)
@@ -704,6 +704,8 @@ func (r *run) drive(ctx context.Context) *Report {
 			}
 			tick := time.NewTicker(interval)
 			defer tick.Stop()
+			w := startSendWorker(func(corr string) { r.sendOne(ctx, m, corr, pad) })
+			defer w.stop()
 			seq := 0
 			for {
 				// A burst of cfg.Window sends, all in flight at once; the
@@ -711,15 +713,14 @@ func (r *run) drive(ctx context.Context) *Report {
 				var burst sync.WaitGroup
 				for range cfg.Window {
 					seq++
-					corr := fmt.Sprintf("%s-%d", m.user, seq)
+					corr := m.user + "-" + strconv.Itoa(seq)
 					inflight.Add(1)
 					burst.Add(1)
 					r.sent.Add(1)
-					go func() {
-						defer inflight.Done()
-						defer burst.Done()
-						r.sendOne(ctx, m, corr, pad)
-					}()
+					w.send(corr, func() {
+						inflight.Done()
+						burst.Done()
+					})
 				}
 				if cfg.Window > 1 {
 					burst.Wait()

@@ -179,7 +179,7 @@ type Engine struct {
 // between two steps of a pass.
 type testHooks struct {
 	// beforeSafeLine runs in every GC pass after the priming check and the
-	// outbox statistics, before the safe line is read.
+	// read of the outbox's head, before the safe line is read.
 	beforeSafeLine func()
 	// afterReset runs in every rebuild right after the index was reset
 	// (its primed flag cleared), with the rebuild's lock held.

@@ -909,7 +909,7 @@ func TestAcknowledgedEntryDueInTheIndexIsNotAnAttemptsWithdrawal(t *testing.T) {
 }
 
 // A flush or a failover that lands between GC's priming check and its read
-// of the safe line (here: while it reads the outbox statistics, as a slow
+// of the safe line (here: while it reads the outbox's head, as a slow
 // PostgreSQL would) must not yield a line from the emptied index: nothing
 // is deleted, and the next pass rebuilds (issue 15: the old SafeLine checked
 // nothing and every row past the grace went, pinned or not).

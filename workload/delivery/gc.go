@@ -153,13 +153,17 @@ func (g *collector) partition(ctx context.Context, p int32, identity string, now
 	e := g.e
 	cctx, cancel := context.WithTimeout(ctx, e.cfg.StoreTimeout)
 	defer cancel()
-	st, err := e.outbox.Stats(cctx, p)
+	// The head, and the oldest row's age for the backstop: two reads at
+	// the log's ends. Stats would count the rows too, which is linear in
+	// the depth (a sum over every record in SQL, fetches in Kafka) and was
+	// most of what a GC pass cost.
+	head, err := e.outbox.Head(cctx, p)
 	if err != nil {
 		return 0, err
 	}
 	// Grace: remember when each head was seen; every row at or below a head
 	// seen at least `grace` ago is older than the grace.
-	ss := append(g.samples[p], headSample{at: now, head: st.Head})
+	ss := append(g.samples[p], headSample{at: now, head: head})
 	graceLine, found := int64(0), false
 	keep := 0
 	for i, s := range ss {
@@ -189,7 +193,11 @@ func (g *collector) partition(ctx context.Context, p int32, identity string, now
 	if !ok || line > graceLine {
 		line = graceLine
 	}
-	if !st.OldestAt.IsZero() && st.OldestAt.Before(now.Add(-retention)) {
+	oldest, err := e.outbox.Scan(cctx, p, -1, 1)
+	if err != nil {
+		return 0, err
+	}
+	if len(oldest) > 0 && oldest[0].CreatedAt.Before(now.Add(-retention)) {
 		bl, err := g.backstopLine(cctx, p, now.Add(-retention))
 		if err != nil {
 			return 0, err

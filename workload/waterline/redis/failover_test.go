@@ -402,7 +402,7 @@ func (f *faultyIndex) Identity(ctx context.Context) (string, error) {
 	return f.Index.Identity(ctx)
 }
 
-// hookLog is the outbox with a hook in Stats, which GC reads between its
+// hookLog is the outbox with a hook in Head, which GC reads between its
 // priming check and the safe line: an event planted there lands inside a
 // GC pass, as a Redis flush during a slow PostgreSQL statement would.
 type hookLog struct {
@@ -411,7 +411,7 @@ type hookLog struct {
 	hook func()
 }
 
-func (h *hookLog) Stats(ctx context.Context, p int32) (outbox.Stats, error) {
+func (h *hookLog) Head(ctx context.Context, p int32) (int64, error) {
 	h.mu.Lock()
 	hook := h.hook
 	h.hook = nil
@@ -419,7 +419,7 @@ func (h *hookLog) Stats(ctx context.Context, p int32) (outbox.Stats, error) {
 	if hook != nil {
 		hook()
 	}
-	return h.Log.Stats(ctx, p)
+	return h.Log.Head(ctx, p)
 }
 
 // during runs f inside the next GC pass, between the priming check and the
@@ -837,7 +837,7 @@ func TestRestart(t *testing.T) {
 
 // TestGCInFlightAcrossARedisEvent: a flush, an empty restart or a move to a
 // stale replica that lands inside a GC pass, after its priming check and
-// before its safe line (here: while it reads the outbox statistics, as a
+// before its safe line (here: while it reads the outbox's head, as a
 // PostgreSQL whose backends stall would), must not delete bob's
 // unacknowledged rows: the safe line is refused (ErrNotPrimed) in the same
 // script that would read it, and the next pass rebuilds first. Issue 15

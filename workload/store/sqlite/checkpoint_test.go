@@ -2,14 +2,17 @@ package sqlite
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/oklog/ulid/v2"
 
+	"github.com/tetra-messenger/tetra/workload/history"
 	"github.com/tetra-messenger/tetra/workload/history/historytest"
 )
 
@@ -46,7 +49,7 @@ func TestDeleteErasesTextFromFiles(t *testing.T) {
 // TestDeleteErasesTextFromTheWAL: nobody checkpoints by hand, as in a
 // running server: the WAL would hold the deleted body until later commits
 // overwrite its frames (a fresh user found it there minutes after the
-// delete), so the delete's commit has the eraser checkpoint and truncate it.
+// delete), so the delete's commit has the checkpointer checkpoint and truncate it.
 func TestDeleteErasesTextFromTheWAL(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "tetra.db")
@@ -91,5 +94,56 @@ func checkErased(t *testing.T, path, kept string, secrets ...string) {
 		if bytes.Contains(all, []byte(secret)) {
 			t.Errorf("the database files still hold %q after the delete", secret)
 		}
+	}
+}
+
+// TestCheckpointsLeaveCommitsAlone: the writer does not checkpoint the WAL
+// inside its commits (its automatic checkpoint is only a backstop, far
+// above the WAL's usual length); the checkpointer copies the WAL beside it
+// and leaves it wholly copied, so the writer starts it again from its
+// beginning and the file stays near walCheckpointPages frames. Without the
+// checkpointer, or with its PASSIVE step alone (then the WAL is never
+// wholly copied while commits go on, and never starts again), the WAL of
+// these 8 x checkpointMessages messages grows to about 100 MiB; with it,
+// to about 30.
+func TestCheckpointsLeaveCommitsAlone(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "tetra.db")
+	db := openDB(t, DefaultConfig(path))
+	var auto int
+	if err := db.w.QueryRowContext(ctx, `PRAGMA wal_autocheckpoint`).Scan(&auto); err != nil || auto != walBackstopPages {
+		t.Fatalf("writer's wal_autocheckpoint = %d, %v; want the backstop %d", auto, err, walBackstopPages)
+	}
+	const chats = 200
+	ids := make([]string, chats)
+	for i := range ids {
+		c, _, err := db.CreateDirect(ctx, fmt.Sprintf("u%03d", i), fmt.Sprintf("v%03d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[i] = c.ID
+	}
+	drafts := make([]history.Draft, 36)
+	n := 0
+	for n < 8*checkpointMessages {
+		for i := range drafts {
+			c := n % chats
+			drafts[i] = historytest.Draft(ids[c], fmt.Sprintf("u%03d", c), strconv.Itoa(n), strings.Repeat("x", 100))
+			n++
+		}
+		if _, err := db.Commit(ctx, drafts); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := db.ckpt.passes.Load(); got < 2 {
+		t.Errorf("the checkpointer copied the WAL %d times for %d messages, want at least 2", got, n)
+	}
+	st, err := os.Stat(path + "-wal")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if limit := int64(2 * walCheckpointPages * 4096); st.Size() > limit {
+		t.Errorf("WAL of %d MiB after %d messages, want at most %d MiB: the checkpointer does not keep it short", st.Size()>>20, n, limit>>20)
 	}
 }

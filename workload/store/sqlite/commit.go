@@ -120,10 +120,12 @@ func (db *DB) commit(ctx context.Context, plan *history.CommitPlan, optimistic b
 	if err := tx.Commit(); err != nil {
 		return nil, unavailable("commit", err)
 	}
+	db.ckpt.wrote(len(plan.Inserts))
+	db.ckpt.finishAfterCommit(ctx, db.w)
 	if plan.HasRefs() {
 		for _, a := range plan.Applies() {
 			if a.Kind == history.KindDelete {
-				db.erase.deleted() // the WAL still holds the body (erase.go)
+				db.ckpt.deleted() // the WAL still holds the body (checkpoint.go)
 				break
 			}
 		}
@@ -316,6 +318,11 @@ func (c *committer) insert(plan *history.CommitPlan) error {
 		}
 		if err := c.db.insertOutbox.insertIDs(c.ctx, c.tx, args, ids); err != nil {
 			return unavailable("commit: insert outbox", err)
+		}
+	}
+	if pos > outSeq {
+		if _, err := c.tx.StmtContext(c.ctx, c.db.wDepth).ExecContext(c.ctx, pos-outSeq); err != nil {
+			return unavailable("commit: outbox depth", err)
 		}
 	}
 	return nil

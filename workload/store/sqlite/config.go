@@ -101,13 +101,24 @@ func (c Config) validate() (Config, error) {
 	return c, nil
 }
 
-// walCheckpointPages is the writer's wal_autocheckpoint: 8,000 frames (32
-// MiB of WAL at 4 KiB pages) instead of SQLite's 1,000. A checkpoint copies
-// each page once however many frames hold it, and a chat's index pages and
-// a sender's dedupe pages are rewritten by commit after commit, so fewer,
-// larger checkpoints copy far fewer pages: BenchmarkCommit's CPU per
-// message fell from about 74 to 66 µs with it (docs/benchmarks.md).
+// walCheckpointPages is about how many frames the WAL holds when the
+// checkpointer copies it (checkpointMessages; checkpoint.go): 8,000
+// frames, 32 MiB of WAL at 4 KiB pages, instead of SQLite's 1,000. A
+// checkpoint copies each page once however many frames hold it, and a
+// chat's index pages and a sender's dedupe pages are rewritten by commit
+// after commit, so fewer, larger checkpoints copy far fewer pages:
+// BenchmarkCommit's CPU per message fell from about 74 to 66 µs with it
+// (docs/benchmarks.md).
 const walCheckpointPages = 8000
+
+// walBackstopPages is the writer's wal_autocheckpoint: the checkpointer
+// copies the WAL long before it has this many frames, so the writer
+// checkpoints inside a commit only when the checkpointer fell behind.
+const walBackstopPages = 4 * walCheckpointPages
+
+// writerCacheKiB is the writer's cache_size in KiB: 32 MiB, at most,
+// instead of SQLite's 2 MiB (the read pool keeps the default).
+const writerCacheKiB = 32 << 10
 
 // writerDSN is the data source name of the single writer connection: WAL,
 // the configured synchronous level, foreign keys off, temp_store MEMORY,
@@ -139,9 +150,16 @@ func (c Config) writerDSN() string {
 	// journal of a statement only matters until the statement ends, and
 	// writing it to a file cost a pwrite per page (a sixth of Commit).
 	q.Add("_pragma", "temp_store(MEMORY)")
-	// The writer checkpoints the WAL every walCheckpointPages frames,
-	// inside the commit that crosses the mark (see walCheckpointPages).
-	q.Add("_pragma", "wal_autocheckpoint("+strconv.Itoa(walCheckpointPages)+")")
+	// The writer's page cache holds the pages commits keep coming back to
+	// (the end of each busy chat's range of history_unread, each busy
+	// sender's page of the dedupe key, the interior pages above them):
+	// with SQLite's default of 2 MiB they no longer fit once a few
+	// hundred chats are busy, and every commit read some back with
+	// pread(2) (see writerCacheKiB).
+	q.Add("_pragma", "cache_size(-"+strconv.Itoa(writerCacheKiB)+")")
+	// The checkpointer copies the WAL beside the writer (checkpoint.go);
+	// the writer checkpoints only past the backstop.
+	q.Add("_pragma", "wal_autocheckpoint("+strconv.Itoa(walBackstopPages)+")")
 	// A delete erases the message's text (PROTOCOL.md §7.3): with
 	// secure_delete the space a row update or delete frees is overwritten
 	// with zeros in the pages written, so the old text does not linger in

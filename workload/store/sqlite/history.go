@@ -118,11 +118,20 @@ func (db *DB) PurgeHistory(ctx context.Context, cutoff time.Time, limit int) (in
 	// The outbox records of the victims go first. history_id ascends with
 	// a record's id, so a victim's record lies below the first record of a
 	// later message: a range of the key, filtered, not a scan of them all.
-	if _, err := tx.ExecContext(ctx, `WITH v(id) AS (`+victims+`)
+	rows, err := tx.QueryContext(ctx, `WITH v(id) AS (`+victims+`)
 		DELETE FROM outbox_messages
 		WHERE id < coalesce((SELECT o.id FROM outbox_messages AS o
 		                     WHERE o.history_id > (SELECT max(id) FROM v) ORDER BY o.id LIMIT 1), 9223372036854775807)
-		  AND history_id IN (SELECT id FROM v)`, cut, limit); err != nil {
+		  AND history_id IN (SELECT id FROM v)
+		RETURNING id, n, (SELECT below FROM outbox_line)`, cut, limit)
+	if err != nil {
+		return 0, unavailable("purge history: outbox", err)
+	}
+	deleted, _, err := countDeleted(rows)
+	if err == nil {
+		err = db.lowerDepth(ctx, tx, deleted)
+	}
+	if err != nil {
 		return 0, unavailable("purge history: outbox", err)
 	}
 	res, err := tx.ExecContext(ctx, `DELETE FROM history WHERE id IN (`+victims+`)`, cut, limit)

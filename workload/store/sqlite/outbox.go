@@ -154,24 +154,52 @@ const deleteChunk = 2000
 // deleteRecords deletes the oldest records whose rows are all below pos,
 // up to deleteChunk positions past the oldest, and returns how many rows
 // it deleted (not counting those a line had deleted already) and how many
-// records.
+// records; the outbox depth goes down by as many in the same transaction.
 func (db *DB) deleteRecords(ctx context.Context, pos int64) (deleted, records int64, err error) {
-	rows, err := db.w.QueryContext(ctx, `DELETE FROM outbox_messages
+	tx, err := db.w.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer rollback(tx)
+	rows, err := tx.QueryContext(ctx, `DELETE FROM outbox_messages
 		WHERE id < ?1 AND id < (SELECT min(id) FROM outbox_messages) + ?2
 		RETURNING id, n, (SELECT below FROM outbox_line)`, pos, deleteChunk)
 	if err != nil {
 		return 0, 0, err
 	}
+	deleted, records, err = countDeleted(rows)
+	if err != nil || records == 0 {
+		return 0, 0, err
+	}
+	if err := db.lowerDepth(ctx, tx, deleted); err != nil {
+		return 0, 0, err
+	}
+	return deleted, records, tx.Commit()
+}
+
+// countDeleted reads the (id, n, below) rows a DELETE of records
+// returned: the rows the records held that were not under the line, and
+// the records.
+func countDeleted(rows *sql.Rows) (deleted, records int64, err error) {
 	for rows.Next() {
 		var id, n, below int64
 		if err := rows.Scan(&id, &n, &below); err != nil {
 			rows.Close()
-			return deleted, records, err
+			return 0, 0, err
 		}
 		deleted += n - cut(id, n, below)
 		records++
 	}
 	return deleted, records, errors.Join(rows.Err(), rows.Close())
+}
+
+// lowerDepth takes n rows off the outbox depth (outbox_line.depth) in tx.
+func (db *DB) lowerDepth(ctx context.Context, tx *sql.Tx, n int64) error {
+	if n == 0 {
+		return nil
+	}
+	_, err := tx.StmtContext(ctx, db.wDepth).ExecContext(ctx, -n)
+	return err
 }
 
 // cutRecord handles the record pos falls inside, when there is one: the
@@ -199,6 +227,9 @@ func (db *DB) cutRecord(ctx context.Context, pos int64) (int64, error) {
 	if _, err := tx.ExecContext(ctx, `UPDATE outbox_line SET below = ?`, pos); err != nil {
 		return 0, err
 	}
+	if err := db.lowerDepth(ctx, tx, hidden); err != nil {
+		return 0, err
+	}
 	return hidden, tx.Commit()
 }
 
@@ -207,31 +238,21 @@ func cut(id, n, below int64) int64 {
 	return min(max(below-(id-n+1), 0), n)
 }
 
-// Stats returns, from one snapshot, the number of rows present (a sum over
-// the records, linear in the depth), the head as Head reports it, and the
-// CreatedAt of the record of the lowest position (zero when empty). A
-// partition other than 0 is an error.
+// Stats returns, from one snapshot, the number of rows present (kept in
+// outbox_line.depth by every change of the rows, in its transaction:
+// schema version 8), the head as Head reports it, and the CreatedAt of the
+// record of the lowest position (zero when empty). A partition other than
+// 0 is an error.
 func (db *DB) Stats(ctx context.Context, partition int32) (outbox.Stats, error) {
 	if err := checkPartition("stats", partition); err != nil {
 		return outbox.Stats{}, err
 	}
-	// One statement reads one snapshot. Only the oldest record can be cut
-	// by the line: every older one was deleted before the line was drawn.
 	st := outbox.Stats{Partition: Partition}
-	var oldest, firstID, firstN sql.NullInt64
-	var below int64
-	err := db.r.QueryRowContext(ctx, `SELECT
-		(SELECT coalesce(sum(n), 0) FROM outbox_messages),
-		(`+headQuery+`),
-		(SELECT below FROM outbox_line),
-		f.id, f.n, f.created_at
-		FROM (SELECT 1) LEFT JOIN (SELECT id, n, created_at FROM outbox_messages ORDER BY id LIMIT 1) AS f`).
-		Scan(&st.Depth, &st.Head, &below, &firstID, &firstN, &oldest)
+	var oldest sql.NullInt64
+	err := db.r.QueryRowContext(ctx, `SELECT (SELECT depth FROM outbox_line), (`+headQuery+`),
+		(SELECT created_at FROM outbox_messages ORDER BY id LIMIT 1)`).Scan(&st.Depth, &st.Head, &oldest)
 	if err != nil {
 		return outbox.Stats{}, logUnavailable("stats", err)
-	}
-	if firstID.Valid {
-		st.Depth -= cut(firstID.Int64, firstN.Int64, below)
 	}
 	if oldest.Valid {
 		st.OldestAt = fromNanos(oldest.Int64)

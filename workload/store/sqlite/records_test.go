@@ -3,8 +3,10 @@ package sqlite
 import (
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	msqlite "modernc.org/sqlite"
 
@@ -169,5 +171,69 @@ func TestRefusesANewerSchema(t *testing.T) {
 	_, err := Open(t.Context(), DefaultConfig(path))
 	if err == nil || !strings.Contains(err.Error(), "version 99, newer than this binary's") {
 		t.Fatalf("Open of a schema-99 database: %v, want a refusal naming version 99", err)
+	}
+}
+
+// TestDepthFollowsPurge: the outbox depth Stats reports (outbox_line.depth,
+// schema version 8) goes down with the records PurgeHistory deletes, the
+// rows under a line not counted twice, and stays equal to the rows Scan
+// returns.
+func TestDepthFollowsPurge(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db := newDB(t)
+	g, err := db.CreateGroup(ctx, "alice", "g", []string{"bob", "carol"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := time.Now().Add(-48 * time.Hour)
+	var drafts []history.Draft
+	for i, at := range []time.Time{old, old, time.Now()} {
+		d := historytest.Draft(g.ID, "alice", strconv.Itoa(i), "x")
+		d.SentAt = at
+		drafts = append(drafts, d)
+	}
+	res := historytest.MustCommit(t, db, drafts...)
+	// A line inside the first record: 2 of its 3 rows are gone already.
+	if n, err := db.DeleteBelow(ctx, 0, res[0].Deliveries[2].Pos); err != nil || n != 2 {
+		t.Fatalf("DeleteBelow = %d, %v; want 2", n, err)
+	}
+	if n, err := db.PurgeHistory(ctx, time.Now().Add(-24*time.Hour), 100); err != nil || n != 2 {
+		t.Fatalf("PurgeHistory = %d, %v; want the 2 old messages", n, err)
+	}
+	rows := outboxtest.ScanAll(t, db, 0, 0, 10)
+	st, err := db.Stats(ctx, 0)
+	if err != nil || st.Depth != 3 || len(rows) != 3 {
+		t.Errorf("after the purge: Stats %+v, %v, %d rows scanned; want depth 3 and 3 rows (the new message's)", st, err, len(rows))
+	}
+}
+
+// TestMigration8CountsTheOutbox: a schema-7 outbox, its oldest record cut
+// by a line, comes through migration 8 with the depth Stats reports equal
+// to the rows present.
+func TestMigration8CountsTheOutbox(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	path, raw := atVersion(t, 7)
+	for _, stmt := range []string{
+		`INSERT INTO chats (id, kind, title, created_by, created_at) VALUES ('g1', 'group', 'one', 'alice', 1000)`,
+		`INSERT INTO members (chat_id, user_id, joined_at, admin_at) VALUES ('g1', 'alice', 1000, 1000), ('g1', 'bob', 1000, 0), ('g1', 'carol', 1000, 0)`,
+		`INSERT INTO history (message_id, chat_id, sender_id, correlation_id, body, sent_at) VALUES
+			('m1', 'g1', 'alice', 'k1', 'one', 2000), ('m2', 'g1', 'bob', 'k2', 'two', 3000)`,
+		`INSERT INTO outbox_messages (id, history_id, recipients, n, created_at) VALUES
+			(3, 1, '["alice","bob","carol"]', 3, 2000), (6, 2, '["alice","bob","carol"]', 3, 3000)`,
+		`UPDATE outbox_line SET below = 3`, // rows 1 and 2 are gone
+	} {
+		if _, err := raw.ExecContext(ctx, stmt); err != nil {
+			t.Fatalf("%s: %v", stmt, err)
+		}
+	}
+	raw.Close()
+	db := openDB(t, DefaultConfig(path))
+	if st, err := db.Stats(ctx, 0); err != nil || st.Depth != 4 {
+		t.Errorf("after migration 8: Stats %+v, %v; want depth 4", st, err)
+	}
+	if rows := outboxtest.ScanAll(t, db, 0, 0, 10); len(rows) != 4 {
+		t.Errorf("%d rows scanned, want 4", len(rows))
 	}
 }

@@ -50,7 +50,7 @@ type DB struct {
 
 	// Writer statements, bound to the writer's one connection and reused by
 	// every transaction through Tx.StmtContext.
-	wMembers, wChatExists, wEpoch, wSeqs *sql.Stmt
+	wMembers, wChatExists, wEpoch, wSeqs, wDepth *sql.Stmt
 	// Commit's lookups and multi-row INSERTs (see manyStmt).
 	readKeys, readIDs, insertHistory, insertOutbox *manyStmt
 	// Reader statements, prepared per pooled connection on first use.
@@ -58,8 +58,9 @@ type DB struct {
 
 	// cache holds member lists for Commit, valid for one membership epoch.
 	cache history.MemberCache
-	// erase checkpoints and truncates the WAL after a delete (erase.go).
-	erase *eraser
+	// ckpt checkpoints the WAL beside the writer, and truncates it after
+	// a delete (checkpoint.go).
+	ckpt *checkpointer
 
 	closeOnce sync.Once
 	closeErr  error
@@ -130,8 +131,8 @@ func Open(ctx context.Context, cfg Config) (*DB, error) {
 	if err := db.prepare(ctx); err != nil {
 		return nil, unavailable("prepare", err)
 	}
-	if db.erase, err = startEraser(cfg); err != nil {
-		return nil, unavailable("open the eraser's connection", err)
+	if db.ckpt, err = startCheckpointer(cfg); err != nil {
+		return nil, unavailable("open the checkpointer's connection", err)
 	}
 	ok = true
 	return db, nil
@@ -182,6 +183,7 @@ func (db *DB) prepare(ctx context.Context) error {
 	prep(db.w, &db.wMembers, `SELECT user_id FROM members WHERE chat_id = ? ORDER BY user_id`)
 	prep(db.w, &db.wChatExists, `SELECT 1 FROM chats WHERE id = ?`)
 	prep(db.w, &db.wEpoch, `SELECT epoch FROM membership_epoch WHERE id = 1`)
+	prep(db.w, &db.wDepth, `UPDATE outbox_line SET depth = depth + ?`)
 	prep(db.w, &db.wSeqs, `SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'history'), 0),
 		(`+headQuery+`)`)
 	many := func(dst **manyStmt, per int, row string, text func(list string) string) {
@@ -230,10 +232,10 @@ func (db *DB) Ping(ctx context.Context) error {
 func (db *DB) Close() error {
 	db.closeOnce.Do(func() {
 		var errs []error
-		if db.erase != nil {
-			errs = append(errs, db.erase.close())
+		if db.ckpt != nil {
+			errs = append(errs, db.ckpt.close())
 		}
-		for _, s := range []*sql.Stmt{db.wMembers, db.wChatExists, db.wEpoch, db.wSeqs,
+		for _, s := range []*sql.Stmt{db.wMembers, db.wChatExists, db.wEpoch, db.wSeqs, db.wDepth,
 			db.rPage, db.rScan, db.rHead} {
 			if s != nil {
 				errs = append(errs, s.Close())

@@ -2,9 +2,13 @@ package redis_test
 
 import (
 	"fmt"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/tetra-messenger/tetra/internal/testenv"
 	"github.com/tetra-messenger/tetra/workload/waterline"
@@ -193,4 +197,95 @@ func BenchmarkSent64Clients(b *testing.B) {
 			cpu(i * 64)
 		})
 	}
+}
+
+// BenchmarkServerCPU measures the Redis server's own CPU per delivered
+// message (INFO cpu, so it needs a Redis of its own: point
+// TETRA_TEST_REDIS at one, or other clients' work counts too) in the shape
+// of one-to-one traffic: a fast-path batch records one send for each of k
+// clients with one SentMany, and the ack batcher records their acks with
+// one AckMany. The clients have nothing else pending, so every send
+// creates its client's pin and every ack removes it, as in a 1:1 chat
+// that keeps up. It reports server-µs/msg and Redis commands per message
+// (INFO commandstats, the scripts' inner commands included).
+func BenchmarkServerCPU(b *testing.B) {
+	for _, k := range []int{1, 8, 32} {
+		b.Run(fmt.Sprintf("clients=%d", k), func(b *testing.B) {
+			ctx := b.Context()
+			x, cfg := newIndex(b)
+			ids := make([]string, 600)
+			for c := range ids {
+				ids[c] = fmt.Sprintf("conn-%05d", c)
+				if err := x.Connect(ctx, waterline.Client{ID: ids[c], User: "u", Device: "d"}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			rdb := goredis.NewClient(mustParseURL(b, cfg.URL))
+			defer rdb.Close()
+			lease := time.Now().Add(time.Hour)
+			sends := make([]waterline.SentBatch, k)
+			acks := make([]waterline.AckBatch, k)
+			cpu0, calls0 := serverCPU(b, rdb)
+			msgs := 0
+			for b.Loop() {
+				for j := range sends {
+					msgs++
+					id := fmt.Sprintf("01JMSG%020d", msgs)
+					cid := ids[msgs%len(ids)]
+					sends[j] = waterline.SentBatch{ClientID: cid, Entries: []waterline.Entry{{MessageID: id, Pos: int64(1_000_000 + msgs)}}}
+					acks[j] = waterline.AckBatch{ClientID: cid, MessageIDs: []string{id}}
+				}
+				for j, err := range x.SentMany(ctx, sends, lease) {
+					if err != nil {
+						b.Fatalf("SentMany %d: %v", j, err)
+					}
+				}
+				for j, err := range x.AckMany(ctx, acks) {
+					if err != nil {
+						b.Fatalf("AckMany %d: %v", j, err)
+					}
+				}
+			}
+			cpu1, calls1 := serverCPU(b, rdb)
+			b.ReportMetric((cpu1-cpu0)*1e6/float64(msgs), "server-µs/msg")
+			b.ReportMetric(float64(calls1-calls0)/float64(msgs), "cmds/msg")
+		})
+	}
+}
+
+func mustParseURL(tb testing.TB, url string) *goredis.Options {
+	tb.Helper()
+	opt, err := goredis.ParseURL(url)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return opt
+}
+
+// serverCPU returns the Redis server's CPU seconds (user + system) and
+// the number of commands it ran (every command of INFO commandstats).
+func serverCPU(tb testing.TB, rdb *goredis.Client) (float64, int64) {
+	tb.Helper()
+	info, err := rdb.Info(tb.Context(), "cpu", "commandstats").Result()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var cpu float64
+	var calls int64
+	for _, line := range strings.Split(info, "\n") {
+		line = strings.TrimSpace(line)
+		if v, ok := strings.CutPrefix(line, "used_cpu_sys:"); ok {
+			f, _ := strconv.ParseFloat(v, 64)
+			cpu += f
+		} else if v, ok := strings.CutPrefix(line, "used_cpu_user:"); ok {
+			f, _ := strconv.ParseFloat(v, 64)
+			cpu += f
+		} else if strings.HasPrefix(line, "cmdstat_") {
+			if _, rest, ok := strings.Cut(line, "calls="); ok {
+				n, _ := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
+				calls += n
+			}
+		}
+	}
+	return cpu, calls
 }

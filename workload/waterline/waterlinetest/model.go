@@ -88,6 +88,32 @@ func testAgainstModel(h *harness) {
 		}
 		return es
 	}
+	pickIDs := func() []string {
+		es := pick()
+		ids := make([]string, len(es))
+		for i, e := range es {
+			ids[i] = e.MessageID
+		}
+		if rng.IntN(8) == 0 {
+			ids = append(ids, "unknown")
+		}
+		return ids
+	}
+	applySent := func(c string, es []waterline.Entry, lease int) {
+		set := m.clients[c]
+		for _, e := range es {
+			if me := set[e.MessageID]; me != nil {
+				me.attempts++
+				me.lease = lease
+			} else {
+				set[e.MessageID] = &modelEntry{Entry: e, attempts: 1, lease: lease}
+			}
+		}
+	}
+	// An index that records many clients at once is driven through
+	// SentMany and AckMany too (a third of the sends and acks).
+	manySender, _ := h.ix.(waterline.ManySender)
+	manyAcker, _ := h.ix.(waterline.ManyAcker)
 	checkErr := func(op, c string, err error) bool {
 		h.t.Helper()
 		_, known := m.clients[c]
@@ -120,6 +146,24 @@ func testAgainstModel(h *harness) {
 				fail("Withdraw(%s) = %v, %v; want %v", c, got, err, want)
 			}
 			delete(m.clients, c)
+		case r < 500 && manySender != nil && rng.IntN(3) == 0:
+			// Several clients' sends at once, c first; a client may come
+			// twice and may be unknown.
+			batches := []waterline.SentBatch{{ClientID: c, Entries: pick()}}
+			for range rng.IntN(3) {
+				batches = append(batches, waterline.SentBatch{ClientID: clientIDs[rng.IntN(len(clientIDs))], Entries: pick()})
+			}
+			lease := rng.IntN(30)
+			opLog = append(opLog, fmt.Sprintf("sentMany %v @%d", batches, lease))
+			errs := manySender.SentMany(ctx, batches, at(lease))
+			if len(errs) != len(batches) {
+				fail("SentMany returned %d errors for %d batches", len(errs), len(batches))
+			}
+			for i, b := range batches {
+				if checkErr("SentMany", b.ClientID, errs[i]) {
+					applySent(b.ClientID, b.Entries, lease)
+				}
+			}
 		case r < 500:
 			es, lease := pick(), rng.IntN(30)
 			opLog = append(opLog, fmt.Sprintf("sent %s %v @%d", c, es, lease))
@@ -127,27 +171,29 @@ func testAgainstModel(h *harness) {
 			if !checkErr("Sent", c, err) {
 				break
 			}
-			set := m.clients[c]
-			for _, e := range es {
-				if me := set[e.MessageID]; me != nil {
-					me.attempts++
-					me.lease = lease
-				} else {
-					set[e.MessageID] = &modelEntry{Entry: e, attempts: 1, lease: lease}
+			applySent(c, es, lease)
+			if n != len(m.clients[c]) {
+				fail("Sent(%s) pending = %d, want %d", c, n, len(m.clients[c]))
+			}
+		case r < 820 && manyAcker != nil && rng.IntN(3) == 0:
+			batches := []waterline.AckBatch{{ClientID: c, MessageIDs: pickIDs()}}
+			for range rng.IntN(3) {
+				batches = append(batches, waterline.AckBatch{ClientID: clientIDs[rng.IntN(len(clientIDs))], MessageIDs: pickIDs()})
+			}
+			opLog = append(opLog, fmt.Sprintf("ackMany %v", batches))
+			errs := manyAcker.AckMany(ctx, batches)
+			if len(errs) != len(batches) {
+				fail("AckMany returned %d errors for %d batches", len(errs), len(batches))
+			}
+			for i, b := range batches {
+				if checkErr("AckMany", b.ClientID, errs[i]) {
+					for _, id := range b.MessageIDs {
+						delete(m.clients[b.ClientID], id)
+					}
 				}
 			}
-			if n != len(set) {
-				fail("Sent(%s) pending = %d, want %d", c, n, len(set))
-			}
 		case r < 820:
-			es := pick()
-			ids := make([]string, len(es))
-			for i, e := range es {
-				ids[i] = e.MessageID
-			}
-			if rng.IntN(8) == 0 {
-				ids = append(ids, "unknown")
-			}
+			ids := pickIDs()
 			opLog = append(opLog, fmt.Sprintf("ack %s %v", c, ids))
 			n, err := h.ix.Ack(ctx, c, ids)
 			if !checkErr("Ack", c, err) {

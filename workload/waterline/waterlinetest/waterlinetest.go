@@ -24,6 +24,7 @@ func Run(t *testing.T, newIndex func(t *testing.T) waterline.Index) {
 		{"AckUnknownIgnored", testAckUnknownIgnored},
 		{"SentAgain", testSentAgain},
 		{"SentMany", testSentMany},
+		{"AckMany", testAckMany},
 		{"Expired", testExpired},
 		{"WithdrawIsNotAck", testWithdraw},
 		{"WithdrawIdempotent", testWithdrawIdempotent},
@@ -365,6 +366,57 @@ func testSentMany(h *harness) {
 	h.wantStats(waterline.Stats{Clients: 2, Pending: 4})
 	if errs := ms.SentMany(h.ctx, nil, h.at(300)); len(errs) != 0 {
 		h.t.Errorf("SentMany(nil) = %v, want no errors", errs)
+	}
+}
+
+// testAckMany: an index that records many clients' acknowledgements at
+// once (waterline.ManyAcker) does what Ack does for each, in order, with
+// an error per batch; a batch for an unknown client writes nothing and the
+// others are recorded all the same. Each client's pins follow what is left
+// of its pending set, as after Ack.
+func testAckMany(h *harness) {
+	ma, ok := h.ix.(waterline.ManyAcker)
+	if !ok {
+		h.t.Skip("this index has no AckMany (the engine calls Ack per client)")
+	}
+	h.connect("a")
+	h.connect("b")
+	h.connect("c")
+	h.wantSent("a", h.at(100), 3, ent("a1", 0, 10), ent("a2", 0, 11), ent("a3", 1, 12))
+	h.wantSent("b", h.at(100), 2, ent("b1", 0, 5), ent("b2", 0, 20))
+	h.wantSent("c", h.at(100), 1, ent("c1", 0, 7))
+	h.wantLine(0, 5)
+	errs := ma.AckMany(h.ctx, []waterline.AckBatch{
+		{ClientID: "a", MessageIDs: []string{"a2", "a3"}}, // out of order: a's pin of 0 stays at 10, its pin of 1 goes
+		{ClientID: "nobody", MessageIDs: []string{"a1", "c1"}},
+		{ClientID: "b", MessageIDs: []string{"b1", "nope", "b1"}}, // b's pin rises to 20
+		{ClientID: "a", MessageIDs: []string{"a1"}},               // a again: its last entry
+		{ClientID: "c"},
+	})
+	if len(errs) != 5 {
+		h.t.Fatalf("AckMany returned %d errors for 5 batches", len(errs))
+	}
+	for i, err := range errs {
+		if i == 1 {
+			if !errors.Is(err, waterline.ErrUnknownClient) {
+				h.t.Errorf("AckMany for an unknown client: %v, want ErrUnknownClient", err)
+			}
+		} else if err != nil {
+			h.t.Fatalf("AckMany batch %d: %v, want nil", i, err)
+		}
+	}
+	h.wantLine(0, 7)
+	h.wantNoLine(1)
+	h.wantStats(waterline.Stats{Clients: 3, Pending: 2})
+	h.wantPending("after AckMany", h.expired(h.at(100), 10), []waterline.Pending{
+		pend("b", ent("b2", 0, 20), 1, h.at(100)),
+		pend("c", ent("c1", 0, 7), 1, h.at(100)),
+	})
+	h.wantAck("a", 0)
+	h.wantAck("c", 0, "c1")
+	h.wantLine(0, 20)
+	if errs := ma.AckMany(h.ctx, nil); len(errs) != 0 {
+		h.t.Errorf("AckMany(nil) = %v, want no errors", errs)
 	}
 }
 

@@ -112,6 +112,7 @@ func BenchmarkReceive(b *testing.B) {
 		}
 	})
 	per.Store(int64(max(b.N/benchConns, 1)))
+	b.ReportAllocs()
 	b.ResetTimer()
 	cpu := testenv.CPUPer(b, "frame")
 	start.Done()
@@ -144,6 +145,7 @@ func BenchmarkSend(b *testing.B) {
 	cs := benchClients(b, srv, nil)
 	per := max(b.N/benchConns, 1)
 	body := strings.Repeat("x", 64)
+	b.ReportAllocs()
 	b.ResetTimer()
 	cpu := testenv.CPUPer(b, "send")
 	var wg sync.WaitGroup

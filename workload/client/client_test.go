@@ -276,6 +276,50 @@ func TestFrameType(t *testing.T) {
 			t.Errorf("frameType(%s) = %q, want %q", in, got, want)
 		}
 	}
+	// The types of the frames the server writes cost no allocation.
+	for _, typ := range []string{"message", "accepted", "error", "read", "chat", "typing", "presence", "pong"} {
+		b := []byte(`{"type":"` + typ + `","x":1}`)
+		if n := testing.AllocsPerRun(100, func() {
+			if frameType(b) != typ {
+				t.Fatal(typ)
+			}
+		}); n != 0 {
+			t.Errorf("frameType of a %s frame: %v allocations", typ, n)
+		}
+	}
+	if got := frameType([]byte(`{"type":"future","x":1}`)); got != "future" {
+		t.Errorf("unknown type: %q", got)
+	}
+}
+
+// The client's ack frames are the bytes protocol.Encode writes, and the
+// common ones (plain ids) cost no allocation in a reused buffer.
+func TestAppendAckAgreesWithEncode(t *testing.T) {
+	for _, ids := range [][]string{
+		{"01JABCDEFGHJKMNPQRSTVWXYZ0"},
+		{"m1", "m2", "m3"},
+		{"a b", "x-y_z.:/~"},
+		{`q"uote`},
+		{"back\\slash"},
+		{"<html>", "a&b"},
+		{"ctl\x01", "del\x7f"},
+		{"é", "\u2028"},
+		{"bad\xffutf8"},
+		{"plain", "then \"not\""},
+	} {
+		want := protocol.Encode(protocol.Ack{Type: protocol.TypeAck, MessageIDs: ids})
+		if got := appendAck(nil, ids); string(got) != string(want) {
+			t.Errorf("appendAck(%q) = %s, want %s", ids, got, want)
+		}
+		if got := appendAck([]byte("prefix"), ids); string(got) != "prefix"+string(want) {
+			t.Errorf("appendAck(%q) after a prefix = %s", ids, got)
+		}
+	}
+	buf := make([]byte, 0, 256)
+	ids := []string{"01JABCDEFGHJKMNPQRSTVWXYZ0", "01JABCDEFGHJKMNPQRSTVWXYZ1"}
+	if n := testing.AllocsPerRun(100, func() { buf = appendAck(buf[:0], ids) }); n != 0 {
+		t.Errorf("appendAck of plain ids: %v allocations", n)
+	}
 }
 
 func TestConfigValidation(t *testing.T) {

@@ -209,9 +209,14 @@ func (cn *conn) writeLoop() {
 
 	defer cn.writeDeadline.Stop()
 	var spare []string
+	var frame []byte // the ack frames' buffer, reused: a write copies it
+	write := func(ids []string) error {
+		frame = appendAck(frame[:0], ids)
+		return cn.write(frame)
+	}
 	flush := func() bool {
 		ids := cn.takeAcks(spare)
-		if err := cn.writeAcks(ids, cn.write); err != nil {
+		if err := cn.writeAcks(ids, write); err != nil {
 			cn.fail(err)
 			return false
 		}
@@ -325,14 +330,14 @@ func (cn *conn) takeAcks(spare []string) []string {
 	return ids
 }
 
-// writeAcks writes ids in frames of at most AckBatch ids with write.
-func (cn *conn) writeAcks(ids []string, write func([]byte) error) error {
+// writeAcks writes ids in ack frames of at most AckBatch ids, each with
+// write.
+func (cn *conn) writeAcks(ids []string, write func(ids []string) error) error {
 	for len(ids) > 0 {
 		n := min(len(ids), cn.c.cfg.AckBatch)
-		b := protocol.Encode(protocol.Ack{Type: protocol.TypeAck, MessageIDs: ids[:n]})
 		cn.c.st.ackFrames.Add(1)
 		cn.c.st.ackedIDs.Add(int64(n))
-		if err := write(b); err != nil {
+		if err := write(ids[:n]); err != nil {
 			return err
 		}
 		ids = ids[n:]
@@ -340,10 +345,46 @@ func (cn *conn) writeAcks(ids []string, write func([]byte) error) error {
 	return nil
 }
 
+// appendAck appends the ack frame of ids to dst, byte for byte as
+// protocol.Encode writes it: ids of plain characters (printable ASCII
+// that JSON does not escape, as every messageId tetra mints is) are copied
+// as they are, without boxing the frame into an interface; a frame with
+// any other id goes through protocol.Encode.
+func appendAck(dst []byte, ids []string) []byte {
+	for _, id := range ids {
+		if !plainJSON(id) {
+			return append(dst, protocol.Encode(protocol.Ack{Type: protocol.TypeAck, MessageIDs: ids})...)
+		}
+	}
+	dst = append(dst, `{"type":"ack","messageIds":[`...)
+	for i, id := range ids {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = append(dst, '"')
+		dst = append(dst, id...)
+		dst = append(dst, '"')
+	}
+	return append(dst, "]}"...)
+}
+
+// plainJSON reports whether encoding/json writes s as it is between
+// quotes: printable ASCII other than the quote, the backslash and the
+// characters it escapes for HTML (<, >, &).
+func plainJSON(s string) bool {
+	for i := 0; i < len(s); i++ {
+		switch b := s[i]; {
+		case b < 0x20 || b >= 0x7f, b == '"', b == '\\', b == '<', b == '>', b == '&':
+			return false
+		}
+	}
+	return true
+}
+
 // flushAcksNow writes the queued acks from the calling goroutine, before a
 // graceful close. Errors do not matter: the connection is closing.
 func (cn *conn) flushAcksNow() {
-	_ = cn.writeAcks(cn.takeAcks(nil), cn.writeCtx)
+	_ = cn.writeAcks(cn.takeAcks(nil), func(ids []string) error { return cn.writeCtx(appendAck(nil, ids)) })
 }
 
 // register adds a send attempt waiting for correlationID's answer; nil when
@@ -409,7 +450,7 @@ func frameType(b []byte) string {
 		rest := b[len(prefix):]
 		if i := bytes.IndexByte(rest, '"'); i > 0 && i+1 < len(rest) && bytes.IndexByte(rest[:i], '\\') < 0 {
 			if next := rest[i+1]; next == ',' || next == '}' {
-				return string(rest[:i])
+				return knownType(rest[:i])
 			}
 		}
 	}
@@ -420,6 +461,30 @@ func frameType(b []byte) string {
 		return ""
 	}
 	return probe.Type
+}
+
+// knownType returns the frame type t as a constant without allocating
+// when it is one the client handles, else a copy.
+func knownType(t []byte) string {
+	switch string(t) { // compiled to comparisons: no allocation
+	case protocol.TypeMessage:
+		return protocol.TypeMessage
+	case protocol.TypeAccepted:
+		return protocol.TypeAccepted
+	case protocol.TypeError:
+		return protocol.TypeError
+	case protocol.TypeRead:
+		return protocol.TypeRead
+	case protocol.TypeChat:
+		return protocol.TypeChat
+	case protocol.TypeTyping:
+		return protocol.TypeTyping
+	case protocol.TypePresence:
+		return protocol.TypePresence
+	case protocol.TypePong:
+		return protocol.TypePong
+	}
+	return string(t)
 }
 
 // handleFrame handles one server frame on the reader goroutine.

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
@@ -68,6 +69,9 @@ func loadgenCmd(args []string, stdout, stderr io.Writer) error {
 		TypingMembers: *typing, TypingInterval: *typingEvery}
 	if !*quiet {
 		cfg.Progress = stderr
+	}
+	if !cfg.InProcess {
+		loadgenGC()
 	}
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
@@ -155,6 +159,9 @@ func sweepCmd(args []string, stdout, stderr io.Writer) error {
 	}
 	base := def
 	base.Server, base.InProcess, base.Drain, base.Replicas = scfg, *inProcess, *drain, *replicas
+	if !base.InProcess {
+		loadgenGC()
+	}
 	base.StuckShare, base.SlowShare, base.SlowAckDelay = *stuck, *slow, *slowDelay
 	if *printTable {
 		for i, r := range tab.Rows {
@@ -190,4 +197,22 @@ func sweepCmd(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("%d accepted deliveries lost across the sweep", lost)
 	}
 	return nil
+}
+
+// loadgenGCPercent is the load generator's GOGC unless the environment
+// sets one. Its garbage is mostly per frame (decoded messages) while what
+// it keeps grows through a run (every message's record, the clients'
+// dedupe sets): at 4,000 msg/s in groups of 10 (3,000 clients), GOGC 400
+// took its CPU per frame from 15.8 and 16.3 µs to 13.5 and 14.4 µs, CPU
+// the server it measures shares, for a larger heap (peak RSS 474-485 ->
+// 674-689 MB). The servers it starts are other processes and keep the
+// default; with --in-process the run keeps the default too.
+const loadgenGCPercent = 400
+
+// loadgenGC sets the load generator's GOGC to loadgenGCPercent when
+// neither GOGC nor GOMEMLIMIT is set (those mean someone chose).
+func loadgenGC() {
+	if os.Getenv("GOGC") == "" && os.Getenv("GOMEMLIMIT") == "" {
+		debug.SetGCPercent(loadgenGCPercent)
+	}
 }

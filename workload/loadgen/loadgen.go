@@ -684,6 +684,8 @@ func (r *run) drive(ctx context.Context) *Report {
 		}
 	}
 	interval := time.Duration(float64(time.Second) * float64(nSenders*cfg.Window) / cfg.Rate)
+	deadlines := &sendDeadlines{parent: ctx, after: cfg.Duration + cfg.Drain}
+	defer deadlines.stop()
 	if faults := r.startFaults(sendCtx); faults != nil {
 		defer faults()
 	}
@@ -704,7 +706,7 @@ func (r *run) drive(ctx context.Context) *Report {
 			}
 			tick := time.NewTicker(interval)
 			defer tick.Stop()
-			w := startSendWorker(func(corr string) { r.sendOne(ctx, m, corr, pad) })
+			w := startSendWorker(func(corr string) { r.sendOne(deadlines, m, corr, pad) })
 			defer w.stop()
 			seq := 0
 			for {
@@ -773,13 +775,16 @@ func (r *run) drive(ctx context.Context) *Report {
 // sendOne sends one message for m with correlationId corr and records the
 // outcome. The client retries the send (same correlationId) until it is
 // accepted or the run's deadline passes.
-func (r *run) sendOne(ctx context.Context, m *member, corr, pad string) {
-	cfg := r.cfg
-	ts := strconv.FormatInt(time.Now().UnixNano(), 10)
-	body := ts + "|" + pad[:cfg.BodyBytes-len(ts)-1]
-	sctx, cancel := context.WithTimeout(ctx, cfg.Duration+cfg.Drain)
-	defer cancel()
-	acc, err := m.c.SendWithID(sctx, m.chat, corr, body)
+func (r *run) sendOne(deadlines *sendDeadlines, m *member, corr, pad string) {
+	now := time.Now()
+	var tmp [20]byte
+	ts := strconv.AppendInt(tmp[:0], now.UnixNano(), 10)
+	var b strings.Builder
+	b.Grow(r.cfg.BodyBytes)
+	b.Write(ts)
+	b.WriteByte('|')
+	b.WriteString(pad[:r.cfg.BodyBytes-len(ts)-1])
+	acc, err := m.c.SendWithID(deadlines.at(now), m.chat, corr, b.String())
 	if err != nil {
 		code := client.CodeOf(err)
 		if code == "" {

@@ -76,11 +76,9 @@ func (d *dedupe) chat(id string) *chatState {
 	return cs
 }
 
-// remember adds id to the recent ring, evicting the oldest id when full.
+// remember adds id, which recent does not hold (the callers looked), to
+// the recent ring, evicting the oldest id when full.
 func (d *dedupe) remember(id string) {
-	if _, ok := d.recent[id]; ok {
-		return
-	}
 	if len(d.ring) < d.window {
 		d.ring = append(d.ring, id)
 	} else {
@@ -142,7 +140,9 @@ func (d *dedupe) seenHistory(chat, id string) (isNew bool) {
 			cs.unsynced = nil
 		}
 	}
-	d.remember(id)
+	if !inRecent {
+		d.remember(id)
+	}
 	return !inRecent && !inUnsynced
 }
 

@@ -13,8 +13,9 @@
 //	                             posKey(16 hex) partKey(8) attempts(8) cid NUL messageId,
 //	                             score = lease deadline, Unix ms
 //	primed:<owner>         str   the identity recorded by MarkPrimed (absent = unprimed)
-//	st:<cid>               hash  messageId -> "part:attempts:posKey partKey"; HLEN is
-//	                             the client's pending count (the paper's cnt)
+//	st:<cid>               hash  messageId -> "part:" then the lease member's first 32
+//	                             bytes (posKey partKey attempts); HLEN is the client's
+//	                             pending count (the paper's cnt)
 //	pend:<cid>:<p>         zset  messageId, score = pos: the client's pending set of p
 //	parts:<cid>            set   partitions where the client has a pending set
 //	pins:<p>               zset  cid, score = the client's lowest pending pos of p
@@ -49,13 +50,18 @@
 // is one Lua script (EVALSHA, falling back to EVAL when the server lost its
 // script cache) that changes a client's entries, its count, its lease
 // entries and its pins together, so SafeLine never sees a pin that
-// disagrees with its set. Sent and Ack recompute a pin from the
-// set's minimum after every change, never from an acknowledged id: an
-// out-of-order ack cannot lift a pin past a gap. Withdraw deletes the
-// client's sets, state, lease entries, pins and registration in one script
-// (never a forged pin advance). Sent, Ack, Restore (per 5,000 entries) and
-// Withdraw are one round trip each (plus one, once per script and server,
-// to load the script after NOSCRIPT); Expired is a plain ZRANGEBYSCORE ...
+// disagrees with its set. Ack recomputes a pin from the set's minimum
+// after removing entries, never from an acknowledged id: an out-of-order
+// ack cannot lift a pin past a gap; Sent and Restore only add entries, so
+// they lower the pin to the lowest one added (ZADD ... LT, which is why
+// New refuses a Redis older than 6.2). Withdraw deletes the client's
+// sets, state, lease entries, pins and registration in one script (never a
+// forged pin advance). Sent, Ack, Restore (per 5,000 entries) and Withdraw
+// are one round trip each (plus one, once per script and server, to load
+// the script after NOSCRIPT), and so are SentMany and AckMany, whatever
+// the number of clients: one script records them all, reading their
+// registrations with one HMGET and writing the owner's lease set and each
+// partition's pins once (scripts.go). Expired is a plain ZRANGEBYSCORE ...
 // LIMIT on the owner's lease set, since its members carry every field it
 // reports; SafeLine is one script over one partition's pins and holds, and
 // hold expiry is judged by the server's TIME, not by any process's clock.

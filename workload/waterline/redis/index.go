@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -80,7 +81,7 @@ func (x *Index) Withdraw(ctx context.Context, clientID string) (bool, error) {
 // one gets Attempts+1 and the new lease and keeps its Partition and Pos.
 // Entries are applied in order, so a MessageID repeated within entries
 // counts twice. The pins of the partitions that gained an entry are
-// recomputed. It returns the client's pending count, or
+// lowered to it. It returns the client's pending count, or
 // waterline.ErrUnknownClient with nothing written.
 //
 // Leases are stored in whole milliseconds, rounded up: an entry never
@@ -90,105 +91,168 @@ func (x *Index) Withdraw(ctx context.Context, clientID string) (bool, error) {
 // run, a resent entry counts one attempt too many, which can only make the
 // attempts reaper withdraw its client one delivery early.
 func (x *Index) Sent(ctx context.Context, clientID string, entries []waterline.Entry, leaseUntil time.Time) (int, error) {
-	return x.record(ctx, "sent", clientID, entries, ceilMillis(leaseUntil), "1", "1")
+	if err := checkEntries("sent", clientID, entries); err != nil {
+		return 0, err
+	}
+	args := make([]any, 0, 5+4*len(entries))
+	args = appendSent(append(args, x.cfg.Prefix, countFlag(true)), clientID, entries, ceilMillis(leaseUntil))
+	n, err := x.runOne(ctx, "sent", sentScript, args)
+	if err != nil {
+		return 0, err
+	}
+	if n < 0 {
+		return 0, unknown("sent", clientID)
+	}
+	return int(n), nil
 }
 
-// SentMany is Sent for each batch, in one pipelined round trip (one
-// script call per batch, so each batch is atomic as Sent is). When Redis
-// lost the script (a restart, a failover), it loads it and sends the
-// batches that failed with NOSCRIPT (which wrote nothing) once more.
-// Errors are per batch, as waterline.ManySender says.
+// SentMany is Sent for each batch, in one script call (so in one round
+// trip, and atomic as a whole, which is more than waterline.ManySender
+// asks): the registrations of all the batches' clients are read with one
+// command, and the lease set and each partition's pins are written once
+// for all of them. It does not count pending entries (nobody asks).
+//
+// Errors are per batch, as waterline.ManySender says; a batch with a
+// position beyond ±MaxPos fails alone, before the call.
 func (x *Index) SentMany(ctx context.Context, batches []waterline.SentBatch, leaseUntil time.Time) []error {
-	errs := make([]error, len(batches))
-	args := make([][]any, len(batches))
-	lease := ceilMillis(leaseUntil)
-	todo := make([]int, 0, len(batches))
+	c := &sentCall{batches: batches, lease: ceilMillis(leaseUntil), errs: make([]error, len(batches))}
 	for i, b := range batches {
-		a := make([]any, 0, 5+4*len(b.Entries))
-		a = append(a, x.cfg.Prefix, b.ClientID, lease, "1", "1")
-		for _, e := range b.Entries {
-			if err := checkPos("sent", b.ClientID, e); err != nil {
-				errs[i] = err
-				break
-			}
-			a = append(a, e.MessageID, itoa32(e.Partition), e.Pos, posKey(e.Pos)+partKey(e.Partition))
-		}
-		if errs[i] == nil {
-			args[i] = a
-			todo = append(todo, i)
+		if c.errs[i] = checkEntries("sent", b.ClientID, b.Entries); c.errs[i] == nil {
+			c.todo = append(c.todo, i)
 		}
 	}
-	x.evalMany(ctx, "sent", sentScript, todo, errs, func(i int) ([]string, []any) {
-		return []string{x.kClients, x.kState(batches[i].ClientID), x.kLease}, args[i]
-	}, func(i int) string { return batches[i].ClientID })
-	return errs
+	if len(c.todo) > 0 {
+		x.sentGroup(ctx, []*sentCall{c})
+	}
+	return c.errs
 }
 
-// AckMany is Ack for each batch, in one pipelined round trip (one script
-// call per batch, so each batch is atomic as Ack is), with SentMany's
-// handling of a lost script. Errors are per batch, as waterline.ManyAcker
-// says.
+// sentCall is one SentMany call: its batches (those in todo go to Redis),
+// their lease in Unix ms and their errors.
+type sentCall struct {
+	batches []waterline.SentBatch
+	todo    []int
+	lease   int64
+	errs    []error
+}
+
+// sentGroup records the batches of every call of group with one
+// sentScript call.
+func (x *Index) sentGroup(ctx context.Context, group []*sentCall) {
+	n := 2
+	for _, c := range group {
+		for _, i := range c.todo {
+			n += 3 + 4*len(c.batches[i].Entries)
+		}
+	}
+	args := append(make([]any, 0, n), x.cfg.Prefix, countFlag(false))
+	clients := 0
+	for _, c := range group {
+		for _, i := range c.todo {
+			args = appendSent(args, c.batches[i].ClientID, c.batches[i].Entries, c.lease)
+			clients++
+		}
+	}
+	res, err := x.runScript(ctx, "sent", sentScript, args, clients)
+	k := 0
+	for _, c := range group {
+		for _, i := range c.todo {
+			switch {
+			case err != nil:
+				c.errs[i] = err
+			case res[k] < 0:
+				c.errs[i] = unknown("sent", c.batches[i].ClientID)
+			}
+			k++
+		}
+	}
+}
+
+// appendSent appends one client's part of sentScript's arguments.
+func appendSent(args []any, clientID string, entries []waterline.Entry, lease int64) []any {
+	args = append(args, clientID, len(entries), lease)
+	for _, e := range entries {
+		args = append(args, e.MessageID, e.Partition, e.Pos, leaseKey(e.Pos, e.Partition, 1))
+	}
+	return args
+}
+
+// AckMany is Ack for each batch, in one script call (one round trip,
+// atomic as a whole), reading the registrations with one command and
+// writing the lease set and each partition's pins once for all the
+// batches, as SentMany. Errors are per batch, as waterline.ManyAcker says.
 func (x *Index) AckMany(ctx context.Context, batches []waterline.AckBatch) []error {
 	errs := make([]error, len(batches))
-	todo := make([]int, len(batches))
-	for i := range batches {
-		todo[i] = i
+	if len(batches) == 0 {
+		return errs
 	}
-	x.evalMany(ctx, "ack", ackScript, todo, errs, func(i int) ([]string, []any) {
-		return x.ackCall(batches[i].ClientID, batches[i].MessageIDs)
-	}, func(i int) string { return batches[i].ClientID })
+	ids := 0
+	for _, b := range batches {
+		ids += len(b.MessageIDs)
+	}
+	args := x.ackArgs(len(batches), ids, false)
+	for _, b := range batches {
+		args = appendAck(args, b.ClientID, b.MessageIDs)
+	}
+	res, err := x.runScript(ctx, "ack", ackScript, args, len(batches))
+	for i, b := range batches {
+		switch {
+		case err != nil:
+			errs[i] = err
+		case res[i] < 0:
+			errs[i] = unknown("ack", b.ClientID)
+		}
+	}
 	return errs
 }
 
-// ackCall is the keys and arguments of ackScript for one client.
-func (x *Index) ackCall(clientID string, messageIDs []string) ([]string, []any) {
-	args := make([]any, 0, 2+len(messageIDs))
-	args = append(args, x.cfg.Prefix, clientID)
+// ackArgs starts ackScript's arguments for clients clients with ids ids in
+// all.
+func (x *Index) ackArgs(clients, ids int, count bool) []any {
+	args := make([]any, 0, 2+2*clients+ids)
+	return append(args, x.cfg.Prefix, countFlag(count))
+}
+
+// appendAck appends one client's part of ackScript's arguments.
+func appendAck(args []any, clientID string, messageIDs []string) []any {
+	args = append(args, clientID, len(messageIDs))
 	for _, id := range messageIDs {
 		args = append(args, id)
 	}
-	return []string{x.kClients, x.kState(clientID), x.kLease}, args
+	return args
 }
 
-// evalMany runs script once for each call i of todo, with call(i)'s keys
-// and arguments, in one pipelined round trip, and sets errs[i] from its
-// answer: unavailable, or unknown (for client(i)) when the script returned
-// -1. When Redis lost the script (a restart, a failover) it loads it and
-// runs the calls that failed with NOSCRIPT (which wrote nothing) once more.
-func (x *Index) evalMany(ctx context.Context, op string, script *goredis.Script, todo []int, errs []error,
-	call func(i int) ([]string, []any), client func(i int) string) {
+func countFlag(count bool) string {
+	if count {
+		return "1"
+	}
+	return "0"
+}
+
+// runOne runs a many-client script for one client and returns its result.
+func (x *Index) runOne(ctx context.Context, op string, script *goredis.Script, args []any) (int64, error) {
+	res, err := x.runScript(ctx, op, script, args, 1)
+	if err != nil {
+		return 0, err
+	}
+	return res[0], nil
+}
+
+// runScript runs a many-client script (sentScript, ackScript) for clients
+// clients and returns its result for each. The script goes by SHA and is
+// loaded once more when Redis lost it (a restart, a failover: NOSCRIPT,
+// nothing written). An error wraps waterline.ErrUnavailable.
+func (x *Index) runScript(ctx context.Context, op string, script *goredis.Script, args []any, clients int) ([]int64, error) {
 	cctx, cancel := x.call(ctx)
 	defer cancel()
-	for attempt := 0; attempt < 2 && len(todo) > 0; attempt++ {
-		pipe := x.rdb.Pipeline()
-		cmds := make([]*goredis.Cmd, len(todo))
-		for k, i := range todo {
-			keys, args := call(i)
-			cmds[k] = script.EvalSha(cctx, pipe, keys, args...)
-		}
-		_, _ = pipe.Exec(cctx) // read per command below
-		var again []int
-		for k, i := range todo {
-			n, err := cmds[k].Int64()
-			switch {
-			case err != nil && attempt == 0 && goredis.HasErrorPrefix(err, "NOSCRIPT"):
-				again = append(again, i)
-			case err != nil:
-				errs[i] = unavailable(op, err)
-			case n < 0:
-				errs[i] = unknown(op, client(i))
-			}
-		}
-		if len(again) > 0 {
-			if err := script.Load(cctx, x.rdb).Err(); err != nil {
-				for _, i := range again {
-					errs[i] = unavailable(op+": load the script", err)
-				}
-				return
-			}
-		}
-		todo = again
+	res, err := script.Run(cctx, x.rdb, []string{x.kClients, x.kLease}, args...).Int64Slice()
+	if err == nil && len(res) != clients {
+		err = fmt.Errorf("the script returned %d results for %d clients", len(res), clients)
 	}
+	if err != nil {
+		return nil, unavailable(op, err)
+	}
+	return res, nil
 }
 
 // Restore adds entries to the client's pending set, each with its Attempts
@@ -206,14 +270,14 @@ func (x *Index) Restore(ctx context.Context, clientID string, entries []waterlin
 	ordered := lowestFirst(entries)
 	for len(ordered) > 0 {
 		n := min(restoreChunk, len(ordered))
-		args := make([]any, 0, 2+6*n)
+		args := make([]any, 0, 2+5*n)
 		args = append(args, x.cfg.Prefix, clientID)
 		for _, e := range ordered[:n] {
 			var lease int64
 			if !e.LeaseUntil.IsZero() {
 				lease = ceilMillis(e.LeaseUntil)
 			}
-			args = append(args, e.MessageID, itoa32(e.Partition), e.Pos, posKey(e.Pos)+partKey(e.Partition), max(e.Attempts, 0), lease)
+			args = append(args, e.MessageID, e.Partition, e.Pos, leaseKey(e.Pos, e.Partition, e.Attempts), lease)
 		}
 		cctx, cancel := x.call(ctx)
 		res, err := restoreScript.Run(cctx, x.rdb, []string{x.kClients, x.kState(clientID), x.kLease}, args...).Int64()
@@ -258,27 +322,13 @@ func checkPos(op, clientID string, e waterline.Entry) error {
 	return nil
 }
 
-// record runs the send script: first is the attempts of a new entry,
-// resend whether a pending one counts an attempt and takes the lease.
-func (x *Index) record(ctx context.Context, op, clientID string, entries []waterline.Entry, lease int64, first, resend string) (int, error) {
-	args := make([]any, 0, 5+4*len(entries))
-	args = append(args, x.cfg.Prefix, clientID, lease, first, resend)
+func checkEntries(op, clientID string, entries []waterline.Entry) error {
 	for _, e := range entries {
 		if err := checkPos(op, clientID, e); err != nil {
-			return 0, err
+			return err
 		}
-		args = append(args, e.MessageID, itoa32(e.Partition), e.Pos, posKey(e.Pos)+partKey(e.Partition))
 	}
-	cctx, cancel := x.call(ctx)
-	defer cancel()
-	n, err := sentScript.Run(cctx, x.rdb, []string{x.kClients, x.kState(clientID), x.kLease}, args...).Int64()
-	if err != nil {
-		return 0, unavailable(op, err)
-	}
-	if n < 0 {
-		return 0, unknown(op, clientID)
-	}
-	return int(n), nil
+	return nil
 }
 
 // Ack removes the given message ids from the client's pending set in one
@@ -287,12 +337,10 @@ func (x *Index) record(ctx context.Context, op, clientID string, entries []water
 // pins when nothing remains). It returns the pending count after, or
 // waterline.ErrUnknownClient with nothing written.
 func (x *Index) Ack(ctx context.Context, clientID string, messageIDs []string) (int, error) {
-	keys, args := x.ackCall(clientID, messageIDs)
-	cctx, cancel := x.call(ctx)
-	defer cancel()
-	n, err := ackScript.Run(cctx, x.rdb, keys, args...).Int64()
+	args := appendAck(x.ackArgs(1, len(messageIDs), true), clientID, messageIDs)
+	n, err := x.runOne(ctx, "ack", ackScript, args)
 	if err != nil {
-		return 0, unavailable("ack", err)
+		return 0, err
 	}
 	if n < 0 {
 		return 0, unknown("ack", clientID)
@@ -520,22 +568,26 @@ func (x *Index) Stats(ctx context.Context) (waterline.Stats, error) {
 	return waterline.Stats{Clients: int(clients.Val()), Pending: int(pending.Val())}, nil
 }
 
-// posKey encodes pos in 16 lowercase hex digits whose byte order is the
-// numeric order (the sign bit flipped), for the lease set's members.
-func posKey(pos int64) string {
-	const digits = "0123456789abcdef"
-	u := uint64(pos) ^ (1 << 63)
-	var b [16]byte
-	for i := 15; i >= 0; i-- {
-		b[i] = digits[u&0xf]
-		u >>= 4
-	}
+// leaseKey is an entry's lm (scripts.go), the fixed-width head of its
+// lease member: pos in 16 lowercase hex digits and the partition in 8,
+// each with its sign bit flipped so that byte order is numeric order
+// (posKey, partKey), then attempts in 8 (clamped to 0..2^31-1, what
+// parseLease reads).
+func leaseKey(pos int64, part int32, attempts int) string {
+	var b [32]byte
+	putHex(b[:16], uint64(pos)^(1<<63))
+	putHex(b[16:24], uint64(uint32(part)^(1<<31)))
+	putHex(b[24:], uint64(min(max(attempts, 0), math.MaxInt32)))
 	return string(b[:])
 }
 
-// partKey encodes a partition in 8 hex digits the same way.
-func partKey(p int32) string {
-	return fmt.Sprintf("%08x", uint32(p)^(1<<31))
+// putHex writes u into b as len(b) lowercase hex digits, the low ones last.
+func putHex(b []byte, u uint64) {
+	const digits = "0123456789abcdef"
+	for i := len(b) - 1; i >= 0; i-- {
+		b[i] = digits[u&0xf]
+		u >>= 4
+	}
 }
 
 func parsePosKey(s string) (int64, error) {

@@ -224,16 +224,45 @@ func New(ctx context.Context, cfg Config) (*Index, error) {
 	}
 	cctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
-	info, err := rdb.Info(cctx, "memory").Result()
+	var memory, server *goredis.StringCmd
+	_, err := rdb.Pipelined(cctx, func(p goredis.Pipeliner) error {
+		memory = p.Info(cctx, "memory")
+		server = p.Info(cctx, "server")
+		return nil
+	})
 	if err != nil {
 		rdb.Close()
 		return nil, fmt.Errorf("redis: cannot reach %s: %w: %w", cfg.where(), waterline.ErrUnavailable, err)
 	}
-	if err := checkEviction(info); err != nil {
+	if err := errors.Join(checkEviction(memory.Val()), checkVersion(server.Val())); err != nil {
 		rdb.Close()
 		return nil, fmt.Errorf("redis: %s: %w", cfg.where(), err)
 	}
 	return x, nil
+}
+
+// MinVersion is the oldest Redis the index runs on: its send and restore
+// scripts lower pins with ZADD ... LT (Redis 6.2). On an older server that
+// command would fail after the script wrote the entries it records, and
+// leave them without their pins.
+const MinVersion = "6.2"
+
+// checkVersion refuses a server older than MinVersion (INFO server's
+// redis_version; Redis-compatible servers report the Redis version they
+// match there).
+func checkVersion(info string) error {
+	v := redisinfo.Parse(info)["redis_version"]
+	major, rest, _ := strings.Cut(v, ".")
+	minor, _, _ := strings.Cut(rest, ".")
+	ma, err1 := strconv.Atoi(major)
+	mi, err2 := strconv.Atoi(minor)
+	if err1 != nil || err2 != nil {
+		return fmt.Errorf("redis_version %q is not a version; the index needs Redis %s or later", v, MinVersion)
+	}
+	if ma < 6 || ma == 6 && mi < 2 {
+		return fmt.Errorf("redis_version %s is older than %s, which the index needs (ZADD ... LT); upgrade Redis", v, MinVersion)
+	}
+	return nil
 }
 
 // checkEviction refuses a server that may evict keys without a TTL: an

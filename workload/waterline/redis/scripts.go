@@ -9,116 +9,247 @@ import goredis "github.com/redis/go-redis/v9"
 //     are built in the script from it (see doc.go for the layout). This is
 //     why the index needs a single Redis (optionally replicated, optionally
 //     behind Sentinel), not Redis Cluster.
-//   - An entry's state is the hash value "part:attempts:key", where key is
-//     the 24 hex digits posKey(pos) .. partKey(part) computed by the Go side.
-//   - An entry's lease member is key .. attempts as 8 hex digits ..
-//     clientID .. NUL .. messageID, scored by the lease in Unix ms. It
-//     carries everything Expired reports, so Expired is a plain
-//     ZRANGEBYSCORE ... LIMIT with no script and no lookup; the fixed-width
-//     position comes first, so equal leases come out lowest position first.
-//     A re-send changes the member (attempts), so it is replaced.
-//   - A client's pin of a partition is recomputed from its pending set of
-//     that partition (ZRANGE 0 0 WITHSCORES) after every change to it: set in
-//     the partition's pins when the set is not empty, removed when it is.
-//     Nothing ever writes a pin from anything but that minimum.
-//   - A script returns -1 for a client that is not registered, before
-//     writing anything.
+//   - An entry's state is the hash value "part:lm", where lm is the 32
+//     hex digits of pos (16), part (8) and attempts (8) that start its
+//     lease member, computed by the Go side (leaseKey).
+//   - An entry's lease member is lm .. clientID .. NUL .. messageID, scored
+//     by the lease in Unix ms: a concatenation, no formatting. It carries
+//     everything Expired reports, so Expired is a plain ZRANGEBYSCORE ...
+//     LIMIT with no script and no lookup; the fixed-width position comes
+//     first, so equal leases come out lowest position first. A re-send
+//     changes the member (attempts), so it is replaced.
+//   - A client's pin of a partition is the minimum of its pending set of
+//     that partition: present in the partition's pins when the set is not
+//     empty, absent when it is. An ack recomputes it from the set
+//     (ZRANGE 0 0 WITHSCORES) after removing entries; a send only adds
+//     entries, so it lowers the pin to the lowest new position with
+//     ZADD LT (which also adds a pin that was absent), which is that same
+//     minimum. Nothing writes a pin from an acknowledged id: an
+//     out-of-order ack cannot lift a pin past a gap.
+//   - The send and ack scripts take many clients in one call (SentMany,
+//     AckMany: a fast-path batch, an ack batch), check every client's
+//     registration with one HMGET and return one result per client: -1
+//     for a client that is not registered, before writing anything for it.
+//     Writes to keys that all the clients share (the owner's lease set, a
+//     partition's pins) are gathered and made once per call, not once per
+//     client.
 
-// entryLua holds the helpers shared by the client scripts.
+// entryLua holds the helpers shared by the client scripts. The hot path
+// (a send, an ack of one entry) avoids Lua work that is not a command: no
+// table per entry, no string.format, one concatenation per string a
+// command needs; Lua's share of a script's server CPU is about as large
+// as the commands' own.
 const entryLua = `
+local call, sub, find, tonumber, unpack = redis.call, string.sub, string.find, tonumber, unpack
 local function parse(v)
-  local part, att, key = string.match(v, '^([^:]+):([^:]+):(.+)$')
-  return part, tonumber(att), key
+  local a = find(v, ':', 1, true)
+  return sub(v, 1, a - 1), sub(v, a + 1)
 end
-local function member(key, att, cid, id)
-  return key .. string.format('%08x', att) .. cid .. '\0' .. id
+-- num reads a count argument; '1' is the common one and needs no strtod.
+local function num(s)
+  if s == '1' then return 1 end
+  return tonumber(s)
 end
-local function repin(pfx, cid, part)
-  local top = redis.call('ZRANGE', pfx .. 'pend:' .. cid .. ':' .. part, 0, 0, 'WITHSCORES')
-  if #top == 0 then
-    redis.call('ZREM', pfx .. 'pins:' .. part, cid)
-    redis.call('SREM', pfx .. 'parts:' .. cid, part)
-  else
-    redis.call('ZADD', pfx .. 'pins:' .. part, top[2], cid)
-    redis.call('SADD', pfx .. 'parts:' .. cid, part)
+local function bulk(cmd, key, list, flag)
+  for i = 1, #list, 1000 do
+    if flag then
+      call(cmd, key, flag, unpack(list, i, math.min(i + 999, #list)))
+    else
+      call(cmd, key, unpack(list, i, math.min(i + 999, #list)))
+    end
+  end
+end
+local function hmget(key, fields)
+  if #fields <= 1000 then return call('HMGET', key, unpack(fields)) end
+  local out = {}
+  for i = 1, #fields, 1000 do
+    local r = call('HMGET', key, unpack(fields, i, math.min(i + 999, #fields)))
+    for j = 1, #r do out[i + j - 1] = r[j] end
+  end
+  return out
+end
+-- lower notes that cid gained an entry at pos in part; lowerPins then
+-- lowers (or adds) each noted pin with one ZADD LT per partition and lists
+-- the partition in the client's parts.
+local function lower(low, part, cid, pos)
+  local pp = low[part]
+  if not pp then pp = {}; low[part] = pp end
+  local cur = pp[cid]
+  if not cur or tonumber(pos) < tonumber(cur) then pp[cid] = pos end
+end
+local function lowerPins(pfx, low)
+  for part, pp in pairs(low) do
+    local args = {}
+    for cid, pos in pairs(pp) do
+      args[#args+1] = pos
+      args[#args+1] = cid
+      call('SADD', pfx .. 'parts:' .. cid, part)
+    end
+    bulk('ZADD', pfx .. 'pins:' .. part, args, 'LT')
   end
 end
 `
 
-// sentScript: KEYS = clients, st, lease; ARGV = prefix, cid, leaseMs,
-// attempts for a new entry (1), resend ("1": a pending entry gets
-// attempts+1 and the lease), then (messageID, partition, pos, key) per
-// entry. Returns the client's pending count, or -1.
-var sentScript = goredis.NewScript(entryLua + `
-if redis.call('HEXISTS', KEYS[1], ARGV[2]) == 0 then return -1 end
-local pfx, cid, lease, first, resend = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5] == '1'
-local touched = {}
-for i = 6, #ARGV, 4 do
-  local id = ARGV[i]
-  local v = redis.call('HGET', KEYS[2], id)
-  if v then
-    if resend then
-      local part, att, key = parse(v)
-      redis.call('ZREM', KEYS[3], member(key, att, cid, id))
-      redis.call('ZADD', KEYS[3], lease, member(key, att + 1, cid, id))
-      redis.call('HSET', KEYS[2], id, part .. ':' .. (att + 1) .. ':' .. key)
-    end
-  else
-    local part, pos, key = ARGV[i+1], ARGV[i+2], ARGV[i+3]
-    redis.call('HSET', KEYS[2], id, part .. ':' .. first .. ':' .. key)
-    redis.call('ZADD', pfx .. 'pend:' .. cid .. ':' .. part, pos, id)
-    redis.call('ZADD', KEYS[3], lease, member(key, first, cid, id))
-    touched[part] = true
-  end
-end
-for part in pairs(touched) do repin(pfx, cid, part) end
-return redis.call('HLEN', KEYS[2])
-`)
+// sentScript: KEYS = clients, lease; ARGV = prefix, count ("1": return
+// each client's pending count, else 0), then per client: cid, n, leaseMs,
+// and n entries (messageID, partition, pos, lm with attempts 1). A
+// MessageID not pending is added with attempts 1; a pending one gets
+// attempts+1 and the lease and keeps its partition and pos. Returns one
+// result per client: its pending count (or 0), or -1 when it is not
+// registered (nothing written for it). The new lease members are added
+// with one ZADD at the end (before a re-send's ZREM, should one come).
+var sentScript = goredis.NewScript(entryLua + sentLua)
 
-// ackScript: KEYS = clients, st, lease; ARGV = prefix, cid, messageIDs...
-// Returns the client's pending count, or -1.
-var ackScript = goredis.NewScript(entryLua + `
-if redis.call('HEXISTS', KEYS[1], ARGV[2]) == 0 then return -1 end
-local pfx, cid = ARGV[1], ARGV[2]
-local touched = {}
-for i = 3, #ARGV do
-  local id = ARGV[i]
-  local v = redis.call('HGET', KEYS[2], id)
-  if v then
-    local part, att, key = parse(v)
-    redis.call('ZREM', pfx .. 'pend:' .. cid .. ':' .. part, id)
-    redis.call('HDEL', KEYS[2], id)
-    redis.call('ZREM', KEYS[3], member(key, att, cid, id))
-    touched[part] = true
+const sentLua = `
+local pfx, count = ARGV[1], ARGV[2] == '1'
+local cids, at, i = {}, {}, 3
+while i <= #ARGV do
+  cids[#cids+1] = ARGV[i]
+  at[#at+1] = i
+  i = i + 3 + 4 * num(ARGV[i+1])
+end
+local reg = hmget(KEYS[1], cids)
+local out, adds, low = {}, {}, {}
+for b = 1, #cids do
+  if reg[b] then
+    local cid, j0 = cids[b], at[b]
+    local st, lease = pfx .. 'st:' .. cid, ARGV[j0+2]
+    for j = j0 + 3, j0 + 2 + 4 * num(ARGV[j0+1]), 4 do
+      local id, part, pos, lm = ARGV[j], ARGV[j+1], ARGV[j+2], ARGV[j+3]
+      if call('HSETNX', st, id, part .. ':' .. lm) == 1 then
+        call('ZADD', pfx .. 'pend:' .. cid .. ':' .. part, pos, id)
+        adds[#adds+1] = lease
+        adds[#adds+1] = lm .. cid .. '\0' .. id
+        lower(low, part, cid, pos)
+      else
+        bulk('ZADD', KEYS[2], adds)
+        adds = {}
+        local opart, olm = parse(call('HGET', st, id))
+        local nlm = sub(olm, 1, 24) .. string.format('%08x', tonumber(sub(olm, 25), 16) + 1)
+        call('HSET', st, id, opart .. ':' .. nlm)
+        call('ZREM', KEYS[2], olm .. cid .. '\0' .. id)
+        adds[1] = lease
+        adds[2] = nlm .. cid .. '\0' .. id
+      end
+    end
+    out[b] = count and call('HLEN', st) or 0
+  else
+    out[b] = -1
   end
 end
-for part in pairs(touched) do repin(pfx, cid, part) end
-return redis.call('HLEN', KEYS[2])
-`)
+bulk('ZADD', KEYS[2], adds)
+lowerPins(pfx, low)
+return out
+`
+
+// ackScript: KEYS = clients, lease; ARGV = prefix, count (as sentScript),
+// then per client: cid, n, and n messageIDs. Ids that are not pending are
+// ignored. The pins of the partitions that lost an entry are recomputed
+// from what is left; the lease members and the pins are written once per
+// call. Returns one result per client as sentScript.
+var ackScript = goredis.NewScript(entryLua + ackLua)
+
+const ackLua = `
+local pfx, count = ARGV[1], ARGV[2] == '1'
+local cids, at, i = {}, {}, 3
+while i <= #ARGV do
+  cids[#cids+1] = ARGV[i]
+  at[#at+1] = i
+  i = i + 2 + num(ARGV[i+1])
+end
+local reg = hmget(KEYS[1], cids)
+local out, rems, pins = {}, {}, {}
+local function repin(cid, part, pk)
+  local pp = pins[part]
+  if not pp then pp = {}; pins[part] = pp end
+  local top = call('ZRANGE', pk, '0', '0', 'WITHSCORES')
+  if top[1] then
+    pp[cid] = top[2]
+  else
+    pp[cid] = false
+    call('SREM', pfx .. 'parts:' .. cid, part)
+  end
+end
+for b = 1, #cids do
+  if reg[b] then
+    local cid, j0 = cids[b], at[b]
+    local st, m = pfx .. 'st:' .. cid, num(ARGV[j0+1])
+    if m == 1 then
+      local id = ARGV[j0+2]
+      local v = call('HGET', st, id)
+      if v then
+        local part, lm = parse(v)
+        rems[#rems+1] = lm .. cid .. '\0' .. id
+        call('HDEL', st, id)
+        local pk = pfx .. 'pend:' .. cid .. ':' .. part
+        call('ZREM', pk, id)
+        repin(cid, part, pk)
+      end
+    elseif m > 1 then
+      local ids = {}
+      for j = j0 + 2, j0 + 1 + m do ids[#ids+1] = ARGV[j] end
+      local vs = hmget(st, ids)
+      local del, byPart = {}, {}
+      for k = 1, m do
+        local v = vs[k]
+        if v then
+          local id = ids[k]
+          local part, lm = parse(v)
+          del[#del+1] = id
+          local pids = byPart[part]
+          if not pids then pids = {}; byPart[part] = pids end
+          pids[#pids+1] = id
+          rems[#rems+1] = lm .. cid .. '\0' .. id
+        end
+      end
+      bulk('HDEL', st, del)
+      for part, pids in pairs(byPart) do
+        local pk = pfx .. 'pend:' .. cid .. ':' .. part
+        bulk('ZREM', pk, pids)
+        repin(cid, part, pk)
+      end
+    end
+    out[b] = count and call('HLEN', st) or 0
+  else
+    out[b] = -1
+  end
+end
+bulk('ZREM', KEYS[2], rems)
+for part, pp in pairs(pins) do
+  local set, gone = {}, {}
+  for cid, score in pairs(pp) do
+    if score then
+      set[#set+1] = score
+      set[#set+1] = cid
+    else
+      gone[#gone+1] = cid
+    end
+  end
+  bulk('ZADD', pfx .. 'pins:' .. part, set)
+  bulk('ZREM', pfx .. 'pins:' .. part, gone)
+end
+return out
+`
 
 // withdrawScript: KEYS = clients, st, lease, parts; ARGV = prefix, cid.
 // Deletes the registration, the pending sets, the state, the lease entries
 // and the pins of the client. Returns 1, or 0 when the client was not
 // registered (and then touches nothing).
 var withdrawScript = goredis.NewScript(entryLua + `
-if redis.call('HDEL', KEYS[1], ARGV[2]) == 0 then return 0 end
+if call('HDEL', KEYS[1], ARGV[2]) == 0 then return 0 end
 local pfx, cid = ARGV[1], ARGV[2]
-local all = redis.call('HGETALL', KEYS[2])
-local batch = {}
+local all = call('HGETALL', KEYS[2])
+local rems = {}
 for i = 1, #all, 2 do
-  local _, att, key = parse(all[i+1])
-  batch[#batch+1] = member(key, att, cid, all[i])
-  if #batch == 1000 then
-    redis.call('ZREM', KEYS[3], unpack(batch))
-    batch = {}
-  end
+  local _, lm = parse(all[i+1])
+  rems[#rems+1] = lm .. cid .. '\0' .. all[i]
 end
-if #batch > 0 then redis.call('ZREM', KEYS[3], unpack(batch)) end
-for _, part in ipairs(redis.call('SMEMBERS', KEYS[4])) do
-  redis.call('DEL', pfx .. 'pend:' .. cid .. ':' .. part)
-  redis.call('ZREM', pfx .. 'pins:' .. part, cid)
+bulk('ZREM', KEYS[3], rems)
+for _, part in ipairs(call('SMEMBERS', KEYS[4])) do
+  call('DEL', pfx .. 'pend:' .. cid .. ':' .. part)
+  call('ZREM', pfx .. 'pins:' .. part, cid)
 end
-redis.call('DEL', KEYS[2], KEYS[4])
+call('DEL', KEYS[2], KEYS[4])
 return 1
 `)
 
@@ -148,25 +279,27 @@ return 1
 `)
 
 // restoreScript: KEYS = clients, st, lease; ARGV = prefix, cid, then
-// (messageID, partition, pos, key, attempts, leaseMs) per entry. An entry
-// whose messageID is pending is left alone; the others are added with their
-// attempts and lease. The pins of the partitions that gained an entry are
-// recomputed. Returns the client's pending count, or -1.
+// (messageID, partition, pos, lm with the entry's attempts, leaseMs) per
+// entry. An entry whose messageID is pending is left alone; the others are
+// added with their attempts and lease, and the pins of their partitions
+// lowered to them as a send lowers them. Returns the client's pending
+// count, or -1.
 var restoreScript = goredis.NewScript(entryLua + `
-if redis.call('HEXISTS', KEYS[1], ARGV[2]) == 0 then return -1 end
+if call('HEXISTS', KEYS[1], ARGV[2]) == 0 then return -1 end
 local pfx, cid = ARGV[1], ARGV[2]
-local touched = {}
-for i = 3, #ARGV, 6 do
-  local id, part, pos, key, att, lease = ARGV[i], ARGV[i+1], ARGV[i+2], ARGV[i+3], tonumber(ARGV[i+4]), ARGV[i+5]
-  if redis.call('HEXISTS', KEYS[2], id) == 0 then
-    redis.call('HSET', KEYS[2], id, part .. ':' .. att .. ':' .. key)
-    redis.call('ZADD', pfx .. 'pend:' .. cid .. ':' .. part, pos, id)
-    redis.call('ZADD', KEYS[3], lease, member(key, att, cid, id))
-    touched[part] = true
+local leases, low = {}, {}
+for i = 3, #ARGV, 5 do
+  local id, part, pos, lm, lease = ARGV[i], ARGV[i+1], ARGV[i+2], ARGV[i+3], ARGV[i+4]
+  if call('HSETNX', KEYS[2], id, part .. ':' .. lm) == 1 then
+    call('ZADD', pfx .. 'pend:' .. cid .. ':' .. part, pos, id)
+    leases[#leases+1] = lease
+    leases[#leases+1] = lm .. cid .. '\0' .. id
+    lower(low, part, cid, pos)
   end
 end
-for part in pairs(touched) do repin(pfx, cid, part) end
-return redis.call('HLEN', KEYS[2])
+bulk('ZADD', KEYS[3], leases)
+lowerPins(pfx, low)
+return call('HLEN', KEYS[2])
 `)
 
 // identityLua computes the server's identity exactly as Index.Identity

@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -112,6 +114,14 @@ func (x *Index) Sent(ctx context.Context, clientID string, entries []waterline.E
 // command, and the lease set and each partition's pins are written once
 // for all of them. It does not count pending entries (nobody asks).
 //
+// Concurrent SentMany calls share script calls, as a group commit does:
+// while one script is in flight, the calls that arrive wait and then go
+// together in the next (each batch with its own lease), so the fast
+// path's workers, which each record a small batch, cost Redis one script
+// call per round trip instead of one each. An idle index runs a call at
+// once; a waiting call waits for at most the script in flight. The group
+// runs under the context of the call that runs it.
+//
 // Errors are per batch, as waterline.ManySender says; a batch with a
 // position beyond ±MaxPos fails alone, before the call.
 func (x *Index) SentMany(ctx context.Context, batches []waterline.SentBatch, leaseUntil time.Time) []error {
@@ -122,7 +132,7 @@ func (x *Index) SentMany(ctx context.Context, batches []waterline.SentBatch, lea
 		}
 	}
 	if len(c.todo) > 0 {
-		x.sentGroup(ctx, []*sentCall{c})
+		x.sends.do(ctx, c, x.sentGroup)
 	}
 	return c.errs
 }
@@ -134,6 +144,9 @@ type sentCall struct {
 	todo    []int
 	lease   int64
 	errs    []error
+
+	done chan struct{} // closed when recorded, or when handed the lead
+	lead []*sentCall   // the group this call runs, when it runs one
 }
 
 // sentGroup records the batches of every call of group with one
@@ -165,6 +178,62 @@ func (x *Index) sentGroup(ctx context.Context, group []*sentCall) {
 			}
 			k++
 		}
+	}
+}
+
+// coalescer runs concurrent calls in groups (see SentMany): while a
+// group's script is in flight, the calls that arrive wait; when it lands,
+// the first of them runs all of them as the next group.
+type coalescer struct {
+	mu      sync.Mutex
+	busy    bool // a group is in flight
+	waiting []*sentCall
+
+	groups atomic.Int64  // groups run (script calls), for tests
+	queued chan struct{} // tests: told of every call that waits
+}
+
+// do runs c, in a group of its own when nothing is in flight, else in the
+// next group.
+func (q *coalescer) do(ctx context.Context, c *sentCall, run func(context.Context, []*sentCall)) {
+	q.mu.Lock()
+	if q.busy {
+		c.done = make(chan struct{})
+		q.waiting = append(q.waiting, c)
+		q.mu.Unlock()
+		if q.queued != nil {
+			q.queued <- struct{}{}
+		}
+		<-c.done
+		if c.lead == nil {
+			return // recorded in another call's group
+		}
+	} else {
+		q.busy = true
+		q.mu.Unlock()
+		c.lead = []*sentCall{c}
+	}
+	q.groups.Add(1)
+	run(ctx, c.lead)
+	for _, o := range c.lead {
+		if o != c {
+			close(o.done)
+		}
+	}
+	q.land()
+}
+
+// land ends a flight: the calls that waited for it are the next group,
+// which the first of them runs.
+func (q *coalescer) land() {
+	q.mu.Lock()
+	next := q.waiting
+	q.waiting = nil
+	q.busy = len(next) > 0
+	q.mu.Unlock()
+	if len(next) > 0 {
+		next[0].lead = next
+		close(next[0].done)
 	}
 }
 

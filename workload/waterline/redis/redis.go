@@ -153,6 +153,9 @@ type Index struct {
 	// process's with the same owner name.
 	token string
 
+	// sends groups concurrent SentMany calls into one script call each.
+	sends coalescer
+
 	closeOnce sync.Once
 	closeErr  error
 }

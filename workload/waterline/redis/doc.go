@@ -8,7 +8,9 @@
 // Config.Owner, one per process; <cid> a connection id; <p> a partition:
 //
 //	key                    type  contents
-//	clients:<owner>        hash  cid -> JSON registration (id, user, device, start)
+//	clients:<owner>        hash  cid -> JSON registration (id, user, device, start), then,
+//	                             once a send listed a partition in parts:<cid>, NUL and
+//	                             ";part;" items saying so
 //	lease:<owner>          zset  one member per pending entry of the owner's clients:
 //	                             posKey(16 hex) partKey(8) attempts(8) cid NUL messageId,
 //	                             score = lease deadline, Unix ms
@@ -17,7 +19,9 @@
 //	                             bytes (posKey partKey attempts); HLEN is the client's
 //	                             pending count (the paper's cnt)
 //	pend:<cid>:<p>         zset  messageId, score = pos: the client's pending set of p
-//	parts:<cid>            set   partitions where the client has a pending set
+//	parts:<cid>            set   partitions where the client had a pending entry since
+//	                             it registered (a superset of its pending sets' partitions:
+//	                             it does not shrink, so steady sends and acks never write it)
 //	pins:<p>               zset  cid, score = the client's lowest pending pos of p
 //	                             (the paper's minids); absent when its set is empty
 //	holds:<p>              zset  owner NUL holder, score = pos

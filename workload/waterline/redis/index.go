@@ -535,6 +535,9 @@ func (x *Index) Clients(ctx context.Context) ([]waterline.Client, error) {
 	}
 	out := make([]waterline.Client, 0, len(all))
 	for id, v := range all {
+		if i := strings.IndexByte(v, 0); i >= 0 {
+			v = v[:i] // the partitions listed in parts (scripts.go)
+		}
 		var c clientJSON
 		if err := json.Unmarshal([]byte(v), &c); err != nil {
 			return nil, fmt.Errorf("redis: clients: registration of %q: %w", id, err)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -455,5 +457,104 @@ func TestAckManyAfterScriptFlush(t *testing.T) {
 	}
 	if line, ok, err := x.SafeLine(ctx, 0, id); err != nil || !ok || line != 2 {
 		t.Errorf("SafeLine after AckMany = %d %v %v, want 2 (a's pin moved to m2, b's gone)", line, ok, err)
+	}
+}
+
+// TestPartsOnlyGrow: a client's parts set (the partitions Withdraw and a
+// reset, this version's or an older one's, clean up) keeps a partition
+// after its pending set emptied, so a one-to-one client's sends and acks
+// after its first write no parts; the registration records what parts
+// holds without showing it to Clients. Reset and Withdraw still leave no
+// pin and no pending set behind, whatever emptied and refilled meanwhile,
+// and a registration replaced by Connect only costs the next send one
+// idempotent SADD.
+func TestPartsOnlyGrow(t *testing.T) {
+	ctx := t.Context()
+	x, cfg := newIndex(t)
+	raw := rawClient(t, cfg.URL)
+	id := primed(t, x)
+	lease := time.Now().Add(time.Hour)
+	start := map[int32]int64{0: 3, 1: 4}
+	for _, c := range []string{"a", "b"} {
+		if err := x.Connect(ctx, waterline.Client{ID: c, User: "u" + c, Device: "d", Start: start}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wantParts := func(c string, want ...string) {
+		t.Helper()
+		got, err := raw.SMembers(ctx, cfg.Prefix+"parts:"+c).Result()
+		slices.Sort(got)
+		if err != nil || !slices.Equal(got, want) {
+			t.Fatalf("parts of %s = %v, %v; want %v", c, got, err, want)
+		}
+	}
+	wantLine := func(part int32, want int64, wantOK bool) {
+		t.Helper()
+		line, ok, err := x.SafeLine(ctx, part, id)
+		if err != nil || ok != wantOK || (ok && line != want) {
+			t.Fatalf("SafeLine(%d) = %d, %v, %v; want %d, %v", part, line, ok, err, want, wantOK)
+		}
+	}
+	sent := func(c, m string, part int32, pos int64) {
+		t.Helper()
+		if errs := x.SentMany(ctx, []waterline.SentBatch{{ClientID: c, Entries: []waterline.Entry{{MessageID: m, Partition: part, Pos: pos}}}}, lease); errs[0] != nil {
+			t.Fatal(errs[0])
+		}
+	}
+	acked := func(c string, ms ...string) {
+		t.Helper()
+		if errs := x.AckMany(ctx, []waterline.AckBatch{{ClientID: c, MessageIDs: ms}}); errs[0] != nil {
+			t.Fatal(errs[0])
+		}
+	}
+
+	sent("a", "m1", 0, 10)
+	acked("a", "m1")
+	wantParts("a", "0") // the set emptied; the partition stays listed
+	wantLine(0, 0, false)
+	sent("a", "m2", 0, 11)
+	sent("a", "m3", 1, 12)
+	wantParts("a", "0", "1")
+	wantLine(0, 11, true)
+	acked("a", "m2", "m3")
+	sent("a", "m4", 1, 13)
+	wantParts("a", "0", "1")
+	wantLine(0, 0, false)
+	wantLine(1, 13, true)
+
+	clients, err := x.Clients(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(clients) != 2 || clients[0].ID != "a" || clients[0].User != "ua" || !maps.Equal(clients[0].Start, start) {
+		t.Fatalf("Clients = %+v; want a and b as registered", clients)
+	}
+
+	// A new registration of a forgets what parts holds; its next send
+	// lists the partition again (no harm done) and remembers it.
+	if err := x.Connect(ctx, waterline.Client{ID: "a", User: "ua", Device: "d2", Start: start}); err != nil {
+		t.Fatal(err)
+	}
+	sent("a", "m5", 0, 14)
+	wantParts("a", "0", "1")
+	wantLine(0, 14, true)
+
+	if ok, err := x.Withdraw(ctx, "a"); err != nil || !ok {
+		t.Fatalf("Withdraw(a) = %v, %v", ok, err)
+	}
+	sent("b", "n1", 1, 20)
+	acked("b", "n1")
+	sent("b", "n2", 2, 21)
+	if err := x.Reset(ctx); err != nil {
+		t.Fatal(err)
+	}
+	keys, err := raw.Keys(ctx, cfg.Prefix+"*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range keys {
+		if !strings.HasSuffix(k, "holdparts") {
+			t.Errorf("after Withdraw(a) and Reset: key %s is left", k)
+		}
 	}
 }

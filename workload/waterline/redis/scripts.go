@@ -69,23 +69,42 @@ local function hmget(key, fields)
   return out
 end
 -- lower notes that cid gained an entry at pos in part; lowerPins then
--- lowers (or adds) each noted pin with one ZADD LT per partition and lists
--- the partition in the client's parts.
+-- lowers (or adds) each noted pin with one ZADD LT per partition, and
+-- lists the partition in the client's parts unless its registration
+-- (reg[cid], the value in KEYS[1]) says it is listed already: parts only
+-- grows while the client is registered, and the registration remembers
+-- what it holds after a NUL, as ";part;" items, so that a client's sends
+-- after its first in a partition write no parts.
 local function lower(low, part, cid, pos)
   local pp = low[part]
   if not pp then pp = {}; low[part] = pp end
   local cur = pp[cid]
   if not cur or tonumber(pos) < tonumber(cur) then pp[cid] = pos end
 end
-local function lowerPins(pfx, low)
+local function lowerPins(pfx, low, reg, key)
+  local marked = {}
   for part, pp in pairs(low) do
-    local args = {}
+    local args, item = {}, ';' .. part .. ';'
     for cid, pos in pairs(pp) do
       args[#args+1] = pos
       args[#args+1] = cid
-      call('SADD', pfx .. 'parts:' .. cid, part)
+      local v = reg[cid]
+      local nul = find(v, '\0', 1, true)
+      if not (nul and find(v, item, nul, true)) then
+        call('SADD', pfx .. 'parts:' .. cid, part)
+        if nul then reg[cid] = v .. sub(item, 2) else reg[cid] = v .. '\0' .. item end
+        marked[#marked+1] = cid
+      end
     end
     bulk('ZADD', pfx .. 'pins:' .. part, args, 'LT')
+  end
+  if #marked > 0 then
+    local args = {}
+    for _, cid in ipairs(marked) do
+      args[#args+1] = cid
+      args[#args+1] = reg[cid]
+    end
+    bulk('HSET', key, args)
   end
 end
 `
@@ -109,10 +128,11 @@ while i <= #ARGV do
   i = i + 3 + 4 * num(ARGV[i+1])
 end
 local reg = hmget(KEYS[1], cids)
-local out, adds, low = {}, {}, {}
+local out, adds, low, regOf = {}, {}, {}, {}
 for b = 1, #cids do
   if reg[b] then
     local cid, j0 = cids[b], at[b]
+    regOf[cid] = regOf[cid] or reg[b]
     local st, lease = pfx .. 'st:' .. cid, ARGV[j0+2]
     for j = j0 + 3, j0 + 2 + 4 * num(ARGV[j0+1]), 4 do
       local id, part, pos, lm = ARGV[j], ARGV[j+1], ARGV[j+2], ARGV[j+3]
@@ -138,7 +158,7 @@ for b = 1, #cids do
   end
 end
 bulk('ZADD', KEYS[2], adds)
-lowerPins(pfx, low)
+lowerPins(pfx, low, regOf, KEYS[1])
 return out
 `
 
@@ -163,12 +183,7 @@ local function repin(cid, part, pk)
   local pp = pins[part]
   if not pp then pp = {}; pins[part] = pp end
   local top = call('ZRANGE', pk, '0', '0', 'WITHSCORES')
-  if top[1] then
-    pp[cid] = top[2]
-  else
-    pp[cid] = false
-    call('SREM', pfx .. 'parts:' .. cid, part)
-  end
+  if top[1] then pp[cid] = top[2] else pp[cid] = false end
 end
 for b = 1, #cids do
   if reg[b] then
@@ -285,7 +300,8 @@ return 1
 // lowered to them as a send lowers them. Returns the client's pending
 // count, or -1.
 var restoreScript = goredis.NewScript(entryLua + `
-if call('HEXISTS', KEYS[1], ARGV[2]) == 0 then return -1 end
+local r = call('HGET', KEYS[1], ARGV[2])
+if not r then return -1 end
 local pfx, cid = ARGV[1], ARGV[2]
 local leases, low = {}, {}
 for i = 3, #ARGV, 5 do
@@ -298,7 +314,7 @@ for i = 3, #ARGV, 5 do
   end
 end
 bulk('ZADD', KEYS[3], leases)
-lowerPins(pfx, low)
+lowerPins(pfx, low, {[cid] = r}, KEYS[1])
 return call('HLEN', KEYS[2])
 `)
 

@@ -17,7 +17,9 @@
 //
 // Up is how a store applies them: it also refuses a database whose schema
 // is newer than the binary's (what a downgrade leaves), naming both
-// versions. To go back to an older binary, migrate down first with the
-// newer one (every file's Down section is tested: TestMigrationsRoundTrip
-// in both stores).
+// versions, and logs the versions it migrated from and to. tetra has no
+// command that migrates down: going back to an older binary means
+// restoring a backup taken before the upgrade. Every file's Down section
+// is still written and tested (TestMigrationsRoundTrip in both stores), so
+// such a command needs only goose's Provider.DownTo.
 package migrations

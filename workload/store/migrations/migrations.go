@@ -5,6 +5,7 @@ import (
 	"embed"
 	"fmt"
 	"io/fs"
+	"log/slog"
 
 	"github.com/pressly/goose/v3"
 )
@@ -37,9 +38,13 @@ func sub(dir string) fs.FS {
 // is newer than this binary's: recorded at a version above the newest
 // migration the binary embeds, which a downgrade leaves (the old binary's
 // queries would fail on tables it does not know). The error names both
-// versions. store names the store in it ("sqlite", "postgres").
+// versions. store names the store in it ("sqlite", "postgres"). When it
+// applied migrations, Up logs one line at info level on slog's default
+// logger naming the version it reached and those it applied ("schema
+// migrated").
 func Up(ctx context.Context, p *goose.Provider, store string) error {
-	if _, err := p.Up(ctx); err != nil {
+	applied, err := p.Up(ctx)
+	if err != nil {
 		return err
 	}
 	current, target, err := p.GetVersions(ctx)
@@ -47,7 +52,14 @@ func Up(ctx context.Context, p *goose.Provider, store string) error {
 		return err
 	}
 	if current > target {
-		return fmt.Errorf("%s: the database's schema is version %d, newer than this binary's %d: run the tetra that migrated it (or a newer one), or migrate it down with that binary first", store, current, target)
+		return fmt.Errorf("%s: the database's schema is version %d, newer than this binary's %d: run the tetra that migrated it (or a newer one); tetra does not migrate a schema down in place, so going back to this binary means restoring the backup taken before the upgrade", store, current, target)
+	}
+	if len(applied) > 0 {
+		versions := make([]int64, len(applied))
+		for i, r := range applied {
+			versions[i] = r.Source.Version
+		}
+		slog.InfoContext(ctx, "schema migrated", "store", store, "to", current, "applied", versions)
 	}
 	return nil
 }

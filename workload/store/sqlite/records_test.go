@@ -1,6 +1,10 @@
 package sqlite
 
 import (
+	"bytes"
+	"fmt"
+	"io/fs"
+	"log/slog"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -14,6 +18,7 @@ import (
 	"github.com/tetra-messenger/tetra/workload/history/historytest"
 	"github.com/tetra-messenger/tetra/workload/outbox"
 	"github.com/tetra-messenger/tetra/workload/outbox/outboxtest"
+	"github.com/tetra-messenger/tetra/workload/store/migrations"
 )
 
 // TestDeleteBelowInsideARecord: a line inside a message's record deletes
@@ -236,4 +241,38 @@ func TestMigration8CountsTheOutbox(t *testing.T) {
 	if rows := outboxtest.ScanAll(t, db, 0, 0, 10); len(rows) != 4 {
 		t.Errorf("%d rows scanned, want 4", len(rows))
 	}
+}
+
+// TestOpenLogsMigrations: Open logs the migrations it applied on slog's
+// default logger (the version reached and each one applied), and a second
+// Open of the same database, with nothing left to apply, logs nothing:
+// an upgrade shows in the server's log. Not parallel: it swaps the
+// default logger.
+func TestOpenLogsMigrations(t *testing.T) {
+	var buf bytes.Buffer
+	old := slog.Default()
+	slog.SetDefault(slog.New(slog.NewTextHandler(&buf, nil)))
+	t.Cleanup(func() { slog.SetDefault(old) })
+
+	path := filepath.Join(t.TempDir(), "tetra.db")
+	openDB(t, DefaultConfig(path)).Close()
+	newest := len(mustGlob(t)) // one file per version, numbered from 1
+	want := fmt.Sprintf(`msg="schema migrated" store=sqlite to=%d applied="[1 `, newest)
+	if got := buf.String(); !strings.Contains(got, want) {
+		t.Fatalf("log of a fresh Open = %q, want a line containing %q", got, want)
+	}
+	buf.Reset()
+	openDB(t, DefaultConfig(path))
+	if got := buf.String(); strings.Contains(got, "schema migrated") {
+		t.Fatalf("log of a second Open = %q, want no migration logged", got)
+	}
+}
+
+func mustGlob(t *testing.T) []string {
+	t.Helper()
+	m, err := fs.Glob(migrations.SQLite(), "*.sql")
+	if err != nil || len(m) == 0 {
+		t.Fatalf("migration files: %v, %v", m, err)
+	}
+	return m
 }

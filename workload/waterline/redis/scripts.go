@@ -59,6 +59,18 @@ local function bulk(cmd, key, list, flag)
     end
   end
 end
+-- batches lists the clients of a SentMany or AckMany call: from ARGV[3]
+-- on, each client's block is cid, n, fixed-2 more arguments and n items
+-- of per arguments each. It returns the cids and the index of each block.
+local function batches(fixed, per)
+  local cids, at, i = {}, {}, 3
+  while i <= #ARGV do
+    cids[#cids+1] = ARGV[i]
+    at[#at+1] = i
+    i = i + fixed + per * num(ARGV[i+1])
+  end
+  return cids, at
+end
 local function hmget(key, fields)
   if #fields <= 1000 then return call('HMGET', key, unpack(fields)) end
   local out = {}
@@ -121,12 +133,7 @@ var sentScript = goredis.NewScript(entryLua + sentLua)
 
 const sentLua = `
 local pfx, count = ARGV[1], ARGV[2] == '1'
-local cids, at, i = {}, {}, 3
-while i <= #ARGV do
-  cids[#cids+1] = ARGV[i]
-  at[#at+1] = i
-  i = i + 3 + 4 * num(ARGV[i+1])
-end
+local cids, at = batches(3, 4)
 local reg = hmget(KEYS[1], cids)
 local out, adds, low, regOf = {}, {}, {}, {}
 for b = 1, #cids do
@@ -171,12 +178,7 @@ var ackScript = goredis.NewScript(entryLua + ackLua)
 
 const ackLua = `
 local pfx, count = ARGV[1], ARGV[2] == '1'
-local cids, at, i = {}, {}, 3
-while i <= #ARGV do
-  cids[#cids+1] = ARGV[i]
-  at[#at+1] = i
-  i = i + 2 + num(ARGV[i+1])
-end
+local cids, at = batches(2, 1)
 local reg = hmget(KEYS[1], cids)
 local out, rems, pins = {}, {}, {}
 local function repin(cid, part, pk)

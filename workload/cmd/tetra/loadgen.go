@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
@@ -209,10 +208,6 @@ func sweepCmd(args []string, stdout, stderr io.Writer) error {
 // default; with --in-process the run keeps the default too.
 const loadgenGCPercent = 400
 
-// loadgenGC sets the load generator's GOGC to loadgenGCPercent when
-// neither GOGC nor GOMEMLIMIT is set (those mean someone chose).
-func loadgenGC() {
-	if os.Getenv("GOGC") == "" && os.Getenv("GOMEMLIMIT") == "" {
-		debug.SetGCPercent(loadgenGCPercent)
-	}
-}
+// loadgenGC sets the load generator's GOGC to loadgenGCPercent unless
+// the environment chose (defaultGC).
+func loadgenGC() { defaultGC(loadgenGCPercent) }

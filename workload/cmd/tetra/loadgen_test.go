@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"runtime/debug"
 	"strings"
 	"testing"
 )
@@ -41,28 +40,5 @@ func TestServeUsageShowsNoEnvForDemo(t *testing.T) {
 	u := errb.String()
 	if strings.Contains(u, "TETRA_DEMO") || !strings.Contains(u, "  --demo\n") || !strings.Contains(u, "[TETRA_ADDR]") {
 		t.Errorf("usage:\n%s", u)
-	}
-}
-
-// The load generator raises its own GOGC (loadgenGC) unless GOGC or
-// GOMEMLIMIT says otherwise.
-func TestLoadgenGC(t *testing.T) {
-	old := debug.SetGCPercent(100)
-	defer debug.SetGCPercent(old)
-	for _, tc := range []struct {
-		gogc, memlimit string
-		want           int
-	}{
-		{"", "", loadgenGCPercent},
-		{"100", "", 100},
-		{"", "1GiB", 100},
-	} {
-		t.Setenv("GOGC", tc.gogc)
-		t.Setenv("GOMEMLIMIT", tc.memlimit)
-		debug.SetGCPercent(100)
-		loadgenGC()
-		if got := debug.SetGCPercent(100); got != tc.want {
-			t.Errorf("GOGC=%q GOMEMLIMIT=%q: GC percent %d, want %d", tc.gogc, tc.memlimit, got, tc.want)
-		}
 	}
 }

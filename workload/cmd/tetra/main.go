@@ -225,6 +225,7 @@ func serve(args []string, stderr io.Writer) error {
 	// go-redis, which would otherwise print plain text on stderr.
 	slog.SetDefault(log)
 	redisidx.SetLibraryLogger(log)
+	serveGC(log)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	srv, err := server.New(ctx, cfg)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"log/slog"
 	"math"
 	"os"
@@ -40,8 +41,15 @@ func defaultGC(percent int) bool {
 // (automemlimit; AUTOMEMLIMIT=off turns it off, AUTOMEMLIMIT=0.8 changes
 // the share), so the larger GOGC never takes the heap to the kernel's
 // limit: near it the collector runs as often as it must. It logs what it
-// set.
-func serveGC(log *slog.Logger) {
+// set. An AUTOMEMLIMIT that is neither "off" nor a share in (0, 1] is an
+// error and changes nothing; a cgroup that cannot be read is logged and
+// leaves the limit off.
+func serveGC(log *slog.Logger) error {
+	if v, ok := os.LookupEnv("AUTOMEMLIMIT"); ok && v != "off" {
+		if r, err := strconv.ParseFloat(v, 64); err != nil || !(r > 0 && r <= 1) {
+			return fmt.Errorf("AUTOMEMLIMIT %q: want off or a share of the memory limit in (0, 1], such as 0.9", v)
+		}
+	}
 	gogc := "GOGC or GOMEMLIMIT from the environment"
 	if defaultGC(serveGCPercent) {
 		gogc = strconv.Itoa(serveGCPercent)
@@ -55,4 +63,5 @@ func serveGC(log *slog.Logger) {
 		attrs = append(attrs, "memory_limit_bytes", limit)
 	}
 	log.Info("garbage collector", attrs...)
+	return nil
 }

@@ -18,6 +18,11 @@ import (
 func TestDefaultGC(t *testing.T) {
 	old := debug.SetGCPercent(100)
 	defer debug.SetGCPercent(old)
+	serve := func() {
+		if err := serveGC(slog.New(slog.DiscardHandler)); err != nil {
+			t.Fatal(err)
+		}
+	}
 	for _, tc := range []struct {
 		name           string
 		set            func()
@@ -27,9 +32,9 @@ func TestDefaultGC(t *testing.T) {
 		{"loadgen", loadgenGC, "", "", loadgenGCPercent},
 		{"loadgen", loadgenGC, "100", "", 100},
 		{"loadgen", loadgenGC, "", "1GiB", 100},
-		{"serve", func() { serveGC(slog.New(slog.DiscardHandler)) }, "", "", serveGCPercent},
-		{"serve", func() { serveGC(slog.New(slog.DiscardHandler)) }, "50", "", 100},
-		{"serve", func() { serveGC(slog.New(slog.DiscardHandler)) }, "", "1GiB", 100},
+		{"serve", serve, "", "", serveGCPercent},
+		{"serve", serve, "50", "", 100},
+		{"serve", serve, "", "1GiB", 100},
 	} {
 		t.Setenv("GOGC", tc.gogc)
 		t.Setenv("GOMEMLIMIT", tc.memlimit)
@@ -41,13 +46,40 @@ func TestDefaultGC(t *testing.T) {
 	}
 }
 
+// A bad AUTOMEMLIMIT stops serve with an error naming it, and changes
+// nothing; "off" and a share in (0, 1] are accepted.
+func TestServeGCRefusesBadAutomemlimit(t *testing.T) {
+	old := debug.SetGCPercent(100)
+	defer debug.SetGCPercent(old)
+	t.Setenv("GOGC", "")
+	t.Setenv("GOMEMLIMIT", "")
+	for _, v := range []string{"abc", "0", "1.5", "-0.2", ""} {
+		t.Setenv("AUTOMEMLIMIT", v)
+		err := serveGC(slog.New(slog.DiscardHandler))
+		if err == nil || !strings.Contains(err.Error(), "AUTOMEMLIMIT") {
+			t.Errorf("AUTOMEMLIMIT=%q: err %v, want one naming AUTOMEMLIMIT", v, err)
+		}
+		if got := debug.SetGCPercent(100); got != 100 {
+			t.Errorf("AUTOMEMLIMIT=%q: GC percent %d after the refusal, want 100", v, got)
+		}
+	}
+	for _, v := range []string{"off", "0.5", "1"} {
+		t.Setenv("AUTOMEMLIMIT", v)
+		if err := serveGC(slog.New(slog.DiscardHandler)); err != nil {
+			t.Errorf("AUTOMEMLIMIT=%q: %v", v, err)
+		}
+	}
+}
+
 // serveGC sets a soft memory limit of 90 % of the memory limit of the
 // process's cgroup: a real cgroup (v1 or v2, whichever this machine
 // mounts) with a 512 MiB limit, and this test binary run inside it.
 func TestServeGCMemoryLimitFromCgroup(t *testing.T) {
 	if os.Getenv("TETRA_GC_CHILD") == "1" {
 		var buf bytes.Buffer
-		serveGC(slog.New(slog.NewTextHandler(&buf, nil)))
+		if err := serveGC(slog.New(slog.NewTextHandler(&buf, nil))); err != nil {
+			t.Fatal(err)
+		}
 		fmt.Print(buf.String())
 		return
 	}

@@ -225,7 +225,10 @@ func serve(args []string, stderr io.Writer) error {
 	// go-redis, which would otherwise print plain text on stderr.
 	slog.SetDefault(log)
 	redisidx.SetLibraryLogger(log)
-	serveGC(log)
+	if err := serveGC(log); err != nil {
+		log.Error("tetra serve: cannot start", "err", err)
+		return errLogged
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	srv, err := server.New(ctx, cfg)

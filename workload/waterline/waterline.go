@@ -152,9 +152,11 @@ type SentBatch struct {
 // Sent(ctx, b.ClientID, b.Entries, leaseUntil) for each batch, in order, in
 // one round trip for a remote index (the fast path records a whole
 // delivery batch with it). It returns one error per batch (nil,
-// ErrUnknownClient, or an error wrapping ErrUnavailable), and a batch that
-// failed wrote nothing. Each batch is atomic as Sent is; the calls as a
-// whole are not.
+// ErrUnknownClient, or an error wrapping ErrUnavailable). A batch that
+// failed wrote nothing to the shared index; an index that keeps pending
+// entries in the process (package redis) may have recorded it there, and
+// then writes its pins later. Each batch is atomic as Sent is; the calls
+// as a whole are not.
 type ManySender interface {
 	SentMany(ctx context.Context, batches []SentBatch, leaseUntil time.Time) []error
 }
@@ -180,8 +182,9 @@ type AckBatch struct {
 // trip for a remote index (the engine gathers the acknowledgements of all
 // its connections for a moment and records them with it). It returns one
 // error per batch (nil, ErrUnknownClient, or an error wrapping
-// ErrUnavailable), and a batch that failed wrote nothing. Each batch is
-// atomic as Ack is; the calls as a whole are not.
+// ErrUnavailable). A batch that failed wrote nothing to the shared index
+// (see ManySender). Each batch is atomic as Ack is; the calls as a whole
+// are not.
 type ManyAcker interface {
 	AckMany(ctx context.Context, batches []AckBatch) []error
 }

@@ -263,6 +263,39 @@ func (x *Index) Ack(_ context.Context, clientID string, messageIDs []string) (in
 	return len(cl.pending), nil
 }
 
+// Pin is a client's pin of one partition: Pos is its lowest pending
+// position there when Set; Set is false when it has nothing pending
+// there (it had, since it registered).
+type Pin struct {
+	Partition int32
+	Pos       int64
+	Set       bool
+}
+
+// PinsOf appends to dst the client's pin of every partition it was sent
+// entries of since it registered, in the order it first was, and reports
+// whether the client is registered. It reads under the client's shard
+// lock, so the pins are those of one moment. A shared index mirrors them
+// (package waterline/redis keeps per-message state here and writes only
+// the pins to Redis). O(partitions).
+func (x *Index) PinsOf(dst []Pin, clientID string) ([]Pin, bool) {
+	s := x.shard(clientID)
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	cl := s.clients[clientID]
+	if cl == nil {
+		return dst, false
+	}
+	for i := range cl.parts {
+		p := Pin{Partition: cl.parts[i].part}
+		if h := cl.parts[i].pins; len(h) > 0 {
+			p.Pos, p.Set = h[0].pos, true
+		}
+		dst = append(dst, p)
+	}
+	return dst, true
+}
+
 // Restore adds entries to the client's pending set, each with its
 // Attempts and LeaseUntil (a zero LeaseUntil is due at once), skipping
 // MessageIDs already pending, which keep their attempts, lease and

@@ -597,9 +597,9 @@ func (r *rig) rebuilds() map[string]int64 { return r.e.Stats().Rebuilds }
 
 // ---- the scenarios ----
 
-// TestStaleReplicaFailover: B replicates A; bob has unacknowledged messages
-// (pinned, replicated); B is promoted with that state and the primed flag;
-// more messages reach bob with their pins on A only. Then either
+// TestStaleReplicaFailover: B replicates A; bob acknowledged everything
+// (no pin, replicated); B is promoted with that state and the primed flag;
+// more messages reach bob with his pin on A only. Then either
 //
 //   - service-moves: the Service moves to B (a new run_id and replid behind
 //     the same address), or
@@ -676,18 +676,19 @@ func staleReplica(t *testing.T, how string, blind bool) *rig {
 
 	r := newRig(t, "redis://"+svc.addr())
 
-	// Phase 1, on A, replicated to B: bob gets m1..m4 and acknowledges m1.
+	// Phase 1, on A, replicated to B: bob gets m1..m4 and acknowledges
+	// them, so B holds no pin of his.
 	p1 := r.commit(4)
 	r.e.PollOnce(r.ctx)
 	r.wantReceived(p1...)
-	r.ack(p1[0])
+	r.ack(p1...)
 	if n := r.gc(); n == 0 {
 		t.Fatal("GC deleted nothing below bob's pin before the failover")
 	}
 	r.wantNoLoss("before the failover")
 	waitReplicated(t, a, b)
 
-	// B is promoted with that state (pins of m2..m4, the primed flag). A
+	// B is promoted with that state (no pin of bob's, the primed flag). A
 	// goes on serving through the Service for a moment, as an old master
 	// does until the endpoint moves.
 	b.do("REPLICAOF", "NO", "ONE")
@@ -695,7 +696,8 @@ func staleReplica(t *testing.T, how string, blind bool) *rig {
 		t.Fatalf("B role %q after REPLICAOF NO ONE", role)
 	}
 
-	// Phase 2, on A only: bob gets m5..m8 and acknowledges m5.
+	// Phase 2, on A only: bob gets m5..m8 and acknowledges m5, so A, and
+	// A only, holds his pin at m6.
 	p2 := r.commit(4)
 	r.e.PollOnce(r.ctx)
 	r.wantReceived(p2...)
@@ -732,10 +734,11 @@ func staleReplica(t *testing.T, how string, blind bool) *rig {
 	}
 
 	// The engine goes on: the poller refreshes its hold and bob
-	// acknowledges the rest of phase 1, which empties his stale set.
-	// m6..m8 are pinned nowhere any more.
+	// acknowledges m7, which leaves his pin at m6, so nothing is written:
+	// the process's pins (pending.go) say m6, the server the index talks
+	// to has none of bob's. m6 and m8 are pinned nowhere that GC can see.
 	r.e.PollOnce(r.ctx)
-	r.ack(p1[1:]...)
+	r.ack(p2[2])
 	r.gc()
 	return r
 }
@@ -782,13 +785,17 @@ func TestRestart(t *testing.T) {
 			r.wantNoLoss("before the restart")
 			acks := p1[1:2]
 			if tc.snapshot {
-				// The snapshot has bob's pins of m2..m4; then bob gets
-				// m5..m8, pinned after it.
+				// bob acknowledges the rest, so the snapshot holds no pin
+				// of his; then he gets m5..m8, pinned (at m5) after it.
+				// The pins are the process's (pending.go), written to
+				// Redis when they move: what the restart loses is the
+				// pin written after the snapshot.
+				r.ack(p1[1:]...)
 				a.do("SAVE")
 				p2 := r.commit(4)
 				r.e.PollOnce(r.ctx)
 				r.wantReceived(p2...)
-				acks = p1[1:] // empties bob's set as the snapshot has it
+				acks = p2[1:2] // m6: his pin stays at m5, nothing is written
 			}
 			before := identity(t, r.idx.Index)
 			r.idx.freeze(t, tc.blindState, tc.blindID)

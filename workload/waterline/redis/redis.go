@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/oklog/ulid/v2"
@@ -16,6 +17,7 @@ import (
 	"github.com/tetra-messenger/tetra/internal/redisinfo"
 	"github.com/tetra-messenger/tetra/workload/config"
 	"github.com/tetra-messenger/tetra/workload/waterline"
+	"github.com/tetra-messenger/tetra/workload/waterline/memory"
 )
 
 // Defaults for Config's zero fields.
@@ -74,8 +76,9 @@ type Config struct {
 	// backstop deletes its rows (see Reset).
 	Owner string
 	// Timeout bounds every round trip to Redis (each chunk of a large
-	// Restore has its own); default DefaultTimeout, at least 1ms, at most
-	// 10m. The caller's context still applies.
+	// flight of pins has its own); default DefaultTimeout, at least 1ms,
+	// at most 10m. The caller's context still applies, except to a flight
+	// of pins, which other calls wait for too.
 	Timeout time.Duration
 }
 
@@ -138,9 +141,11 @@ func (c Config) where() string {
 	return fmt.Sprintf("master %q via sentinels %s", c.MasterName, strings.Join(c.SentinelAddrs, ","))
 }
 
-// Index is a waterline.Index kept in Redis. It is safe for concurrent use;
-// every method is one round trip (Restore: one per 5,000 entries) and every
-// write is one Lua script, atomic on the server.
+// Index is a waterline.Index shared through Redis, its clients' pending
+// entries kept in the process (pending.go). It is safe for concurrent use;
+// every method is at most one round trip (a flight of pins: one per 1,000
+// clients) and every write to shared keys is one Lua script, atomic on the
+// server.
 type Index struct {
 	rdb     goredis.UniversalClient
 	cfg     Config
@@ -153,8 +158,18 @@ type Index struct {
 	// process's with the same owner name.
 	token string
 
-	// sends groups concurrent SentMany calls into one script call each.
-	sends coalescer
+	// local holds this Index value's clients' pending entries (pending.go).
+	local *memory.Index
+	// pins runs the flights that write the pins (pending.go); pst is what
+	// they know of Redis; flights counts their script calls.
+	pins    coalescer
+	pst     pinState
+	flights atomic.Int64
+	closed  atomic.Bool
+	// seq numbers the pins scripts, from the clock at New on, so that
+	// Redis refuses a script older than the last it ran (kPinSeq).
+	seq     atomic.Uint64
+	kPinSeq string
 
 	closeOnce sync.Once
 	closeErr  error
@@ -224,7 +239,11 @@ func New(ctx context.Context, cfg Config) (*Index, error) {
 		kPrimed:    cfg.Prefix + "primed:" + cfg.Owner,
 		kHoldParts: cfg.Prefix + "holdparts",
 		token:      ulid.Make().String(),
+		local:      memory.New(),
+		pst:        pinState{written: map[string][]memory.Pin{}, retry: map[string]struct{}{}, unsure: map[string]struct{}{}},
+		kPinSeq:    cfg.Prefix + "pinseq:" + cfg.Owner,
 	}
+	x.seq.Store(uint64(time.Now().UnixMicro()))
 	cctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
 	var memory, server *goredis.StringCmd
@@ -244,10 +263,10 @@ func New(ctx context.Context, cfg Config) (*Index, error) {
 	return x, nil
 }
 
-// MinVersion is the oldest Redis the index runs on: its send and restore
-// scripts lower pins with ZADD ... LT (Redis 6.2). On an older server that
-// command would fail after the script wrote the entries it records, and
-// leave them without their pins.
+// MinVersion is the oldest Redis the index accepts. Its scripts once
+// lowered pins with ZADD ... LT (Redis 6.2); now the newest command it
+// needs is SET ... KEEPTTL (6.0, TakeOver), and 6.2 stays the floor so
+// that no server refused before is accepted without having been tested.
 const MinVersion = "6.2"
 
 // checkVersion refuses a server older than MinVersion (INFO server's
@@ -263,7 +282,7 @@ func checkVersion(info string) error {
 		return fmt.Errorf("redis_version %q is not a version; the index needs Redis %s or later", v, MinVersion)
 	}
 	if ma < 6 || ma == 6 && mi < 2 {
-		return fmt.Errorf("redis_version %s is older than %s, which the index needs (ZADD ... LT); upgrade Redis", v, MinVersion)
+		return fmt.Errorf("redis_version %s is older than %s, the oldest the index accepts; upgrade Redis", v, MinVersion)
 	}
 	return nil
 }
@@ -311,7 +330,10 @@ func (x *Index) Owner() string { return x.cfg.Owner }
 
 // Close closes the connections. Idempotent; the index is unusable after.
 func (x *Index) Close() error {
-	x.closeOnce.Do(func() { x.closeErr = x.rdb.Close() })
+	x.closeOnce.Do(func() {
+		x.closed.Store(true)
+		x.closeErr = x.rdb.Close()
+	})
 	return x.closeErr
 }
 
@@ -331,7 +353,6 @@ func unknown(op, clientID string) error {
 }
 
 // Key builders; doc.go has the layout.
-func (x *Index) kState(cid string) string   { return x.cfg.Prefix + "st:" + cid }
 func (x *Index) kParts(cid string) string   { return x.cfg.Prefix + "parts:" + cid }
 func (x *Index) kPins(part int32) string    { return x.cfg.Prefix + "pins:" + itoa32(part) }
 func (x *Index) kHolds(part int32) string   { return x.cfg.Prefix + "holds:" + itoa32(part) }

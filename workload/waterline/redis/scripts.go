@@ -9,36 +9,20 @@ import goredis "github.com/redis/go-redis/v9"
 //     are built in the script from it (see doc.go for the layout). This is
 //     why the index needs a single Redis (optionally replicated, optionally
 //     behind Sentinel), not Redis Cluster.
-//   - An entry's state is the hash value "part:lm", where lm is the 32
-//     hex digits of pos (16), part (8) and attempts (8) that start its
-//     lease member, computed by the Go side (leaseKey).
-//   - An entry's lease member is lm .. clientID .. NUL .. messageID, scored
-//     by the lease in Unix ms: a concatenation, no formatting. It carries
-//     everything Expired reports, so Expired is a plain ZRANGEBYSCORE ...
-//     LIMIT with no script and no lookup; the fixed-width position comes
-//     first, so equal leases come out lowest position first. A re-send
-//     changes the member (attempts), so it is replaced.
-//   - A client's pin of a partition is the minimum of its pending set of
-//     that partition: present in the partition's pins when the set is not
-//     empty, absent when it is. An ack recomputes it from the set
-//     (ZRANGE 0 0 WITHSCORES) after removing entries; a send only adds
-//     entries, so it lowers the pin to the lowest new position with
-//     ZADD LT (which also adds a pin that was absent), which is that same
-//     minimum. Nothing writes a pin from an acknowledged id: an
-//     out-of-order ack cannot lift a pin past a gap.
-//   - The send and ack scripts take many clients in one call (SentMany,
-//     AckMany: a fast-path batch, an ack batch), check every client's
-//     registration with one HMGET and return one result per client: -1
-//     for a client that is not registered, before writing anything for it.
-//     Writes to keys that all the clients share (the owner's lease set, a
-//     partition's pins) are gathered and made once per call, not once per
-//     client.
+//   - A client's pin of a partition is the lowest position of its pending
+//     entries there, which the process keeps (pending.go): the pins script
+//     writes the value the process computed, present in the partition's
+//     pins when the client has something pending there, absent when not.
+//     Nothing in Redis is derived from an acknowledged id.
+//   - The pins script takes many clients in one call (a flight), checks
+//     every client's registration with one HMGET and returns one result
+//     per client: -1 for a client that is not registered, before writing
+//     anything for it. Writes to a partition's pins are gathered and made
+//     once per call, not once per client.
 
-// entryLua holds the helpers shared by the client scripts. The hot path
-// (a send, an ack of one entry) avoids Lua work that is not a command: no
-// table per entry, no string.format, one concatenation per string a
-// command needs; Lua's share of a script's server CPU is about as large
-// as the commands' own.
+// entryLua holds the helpers shared by the client scripts. The pins
+// script avoids Lua work that is not a command: no string.format, one
+// concatenation per string a command needs.
 const entryLua = `
 local call, sub, find, tonumber, unpack = redis.call, string.sub, string.find, tonumber, unpack
 local function parse(v)
@@ -59,9 +43,9 @@ local function bulk(cmd, key, list, flag)
     end
   end
 end
--- batches lists the clients of a SentMany or AckMany call: from ARGV[3]
--- on, each client's block is cid, n, fixed-2 more arguments and n items
--- of per arguments each. It returns the cids and the index of each block.
+-- batches lists the clients of a pins call: from ARGV[3] on, each
+-- client's block is cid, n, fixed-2 more arguments and n items of per
+-- arguments each. It returns the cids and the index of each block.
 local function batches(fixed, per)
   local cids, at, i = {}, {}, 3
   while i <= #ARGV do
@@ -80,35 +64,35 @@ local function hmget(key, fields)
   end
   return out
 end
--- lower notes that cid gained an entry at pos in part; lowerPins then
--- lowers (or adds) each noted pin with one ZADD LT per partition, and
--- lists the partition in the client's parts unless its registration
--- (reg[cid], the value in KEYS[1]) says it is listed already: parts only
--- grows while the client is registered, and the registration remembers
--- what it holds after a NUL, as ";part;" items, so that a client's sends
--- after its first in a partition write no parts.
-local function lower(low, part, cid, pos)
-  local pp = low[part]
-  if not pp then pp = {}; low[part] = pp end
-  local cur = pp[cid]
-  if not cur or tonumber(pos) < tonumber(cur) then pp[cid] = pos end
-end
-local function lowerPins(pfx, low, reg, key)
+-- setPins writes pins: set[part] maps cid to its pin (a position) or to
+-- false (no pin: ZREM), written with one ZADD and one ZREM per partition.
+-- A partition a client gets a pin in is listed in the client's parts
+-- unless its registration (reg[cid], the value in KEYS[1]) says it is
+-- listed already: parts only grows while the client is registered, and
+-- the registration remembers what it holds after a NUL, as ";part;"
+-- items, so that a client's pins after its first in a partition write no
+-- parts.
+local function setPins(pfx, set, reg, key)
   local marked = {}
-  for part, pp in pairs(low) do
-    local args, item = {}, ';' .. part .. ';'
+  for part, pp in pairs(set) do
+    local args, gone, item = {}, {}, ';' .. part .. ';'
     for cid, pos in pairs(pp) do
-      args[#args+1] = pos
-      args[#args+1] = cid
-      local v = reg[cid]
-      local nul = find(v, '\0', 1, true)
-      if not (nul and find(v, item, nul, true)) then
-        call('SADD', pfx .. 'parts:' .. cid, part)
-        if nul then reg[cid] = v .. sub(item, 2) else reg[cid] = v .. '\0' .. item end
-        marked[#marked+1] = cid
+      if pos then
+        args[#args+1] = pos
+        args[#args+1] = cid
+        local v = reg[cid]
+        local nul = find(v, '\0', 1, true)
+        if not (nul and find(v, item, nul, true)) then
+          call('SADD', pfx .. 'parts:' .. cid, part)
+          if nul then reg[cid] = v .. sub(item, 2) else reg[cid] = v .. '\0' .. item end
+          marked[#marked+1] = cid
+        end
+      else
+        gone[#gone+1] = cid
       end
     end
-    bulk('ZADD', pfx .. 'pins:' .. part, args, 'LT')
+    bulk('ZADD', pfx .. 'pins:' .. part, args)
+    bulk('ZREM', pfx .. 'pins:' .. part, gone)
   end
   if #marked > 0 then
     local args = {}
@@ -121,152 +105,53 @@ local function lowerPins(pfx, low, reg, key)
 end
 `
 
-// sentScript: KEYS = clients, lease; ARGV = prefix, count ("1": return
-// each client's pending count, else 0), then per client: cid, n, leaseMs,
-// and n entries (messageID, partition, pos, lm with attempts 1). A
-// MessageID not pending is added with attempts 1; a pending one gets
-// attempts+1 and the lease and keeps its partition and pos. Returns one
-// result per client: its pending count (or 0), or -1 when it is not
-// registered (nothing written for it). The new lease members are added
-// with one ZADD at the end (before a re-send's ZREM, should one come).
-var sentScript = goredis.NewScript(entryLua + sentLua)
-
-const sentLua = `
-local pfx, count = ARGV[1], ARGV[2] == '1'
-local cids, at = batches(3, 4)
+// pinsScript: KEYS = clients, pinseq; ARGV = prefix, seq, then per
+// client: cid, n, and n pairs (partition, pin): the client's pin of that
+// partition as a position, or "" for none. Refuses with a STALEPINS error,
+// writing nothing, unless seq is above the last seq it ran for this owner
+// (a script that timed out on the process's side may still reach the
+// server after a newer one, and must not undo it). Writes the pins of the
+// clients that are registered (one HMGET of their registrations) and
+// returns one result per client: 1, or -1 for a client that is not
+// registered (nothing written for it).
+var pinsScript = goredis.NewScript(entryLua + `
+local pfx = ARGV[1]
+if tonumber(ARGV[2]) <= tonumber(call('GET', KEYS[2]) or '0') then
+  return redis.error_reply('STALEPINS flight ' .. ARGV[2] .. ' came after a newer one')
+end
+call('SET', KEYS[2], ARGV[2])
+local cids, at = batches(2, 2)
 local reg = hmget(KEYS[1], cids)
-local out, adds, low, regOf = {}, {}, {}, {}
+local out, set, regOf = {}, {}, {}
 for b = 1, #cids do
   if reg[b] then
     local cid, j0 = cids[b], at[b]
     regOf[cid] = regOf[cid] or reg[b]
-    local st, lease = pfx .. 'st:' .. cid, ARGV[j0+2]
-    for j = j0 + 3, j0 + 2 + 4 * num(ARGV[j0+1]), 4 do
-      local id, part, pos, lm = ARGV[j], ARGV[j+1], ARGV[j+2], ARGV[j+3]
-      if call('HSETNX', st, id, part .. ':' .. lm) == 1 then
-        call('ZADD', pfx .. 'pend:' .. cid .. ':' .. part, pos, id)
-        adds[#adds+1] = lease
-        adds[#adds+1] = lm .. cid .. '\0' .. id
-        lower(low, part, cid, pos)
-      else
-        bulk('ZADD', KEYS[2], adds)
-        adds = {}
-        local opart, olm = parse(call('HGET', st, id))
-        local nlm = sub(olm, 1, 24) .. string.format('%08x', tonumber(sub(olm, 25), 16) + 1)
-        call('HSET', st, id, opart .. ':' .. nlm)
-        call('ZREM', KEYS[2], olm .. cid .. '\0' .. id)
-        adds[1] = lease
-        adds[2] = nlm .. cid .. '\0' .. id
-      end
+    for j = j0 + 2, j0 + 1 + 2 * num(ARGV[j0+1]), 2 do
+      local part, pos = ARGV[j], ARGV[j+1]
+      local pp = set[part]
+      if not pp then pp = {}; set[part] = pp end
+      if pos == '' then pp[cid] = false else pp[cid] = pos end
     end
-    out[b] = count and call('HLEN', st) or 0
+    out[b] = 1
   else
     out[b] = -1
   end
 end
-bulk('ZADD', KEYS[2], adds)
-lowerPins(pfx, low, regOf, KEYS[1])
+setPins(pfx, set, regOf, KEYS[1])
 return out
-`
+`)
 
-// ackScript: KEYS = clients, lease; ARGV = prefix, count (as sentScript),
-// then per client: cid, n, and n messageIDs. Ids that are not pending are
-// ignored. The pins of the partitions that lost an entry are recomputed
-// from what is left; the lease members and the pins are written once per
-// call. Returns one result per client as sentScript.
-var ackScript = goredis.NewScript(entryLua + ackLua)
-
-const ackLua = `
-local pfx, count = ARGV[1], ARGV[2] == '1'
-local cids, at = batches(2, 1)
-local reg = hmget(KEYS[1], cids)
-local out, rems, pins = {}, {}, {}
-local function repin(cid, part, pk)
-  local pp = pins[part]
-  if not pp then pp = {}; pins[part] = pp end
-  local top = call('ZRANGE', pk, '0', '0', 'WITHSCORES')
-  if top[1] then pp[cid] = top[2] else pp[cid] = false end
-end
-for b = 1, #cids do
-  if reg[b] then
-    local cid, j0 = cids[b], at[b]
-    local st, m = pfx .. 'st:' .. cid, num(ARGV[j0+1])
-    if m == 1 then
-      local id = ARGV[j0+2]
-      local v = call('HGET', st, id)
-      if v then
-        local part, lm = parse(v)
-        rems[#rems+1] = lm .. cid .. '\0' .. id
-        call('HDEL', st, id)
-        local pk = pfx .. 'pend:' .. cid .. ':' .. part
-        call('ZREM', pk, id)
-        repin(cid, part, pk)
-      end
-    elseif m > 1 then
-      local ids = {}
-      for j = j0 + 2, j0 + 1 + m do ids[#ids+1] = ARGV[j] end
-      local vs = hmget(st, ids)
-      local del, byPart = {}, {}
-      for k = 1, m do
-        local v = vs[k]
-        if v then
-          local id = ids[k]
-          local part, lm = parse(v)
-          del[#del+1] = id
-          local pids = byPart[part]
-          if not pids then pids = {}; byPart[part] = pids end
-          pids[#pids+1] = id
-          rems[#rems+1] = lm .. cid .. '\0' .. id
-        end
-      end
-      bulk('HDEL', st, del)
-      for part, pids in pairs(byPart) do
-        local pk = pfx .. 'pend:' .. cid .. ':' .. part
-        bulk('ZREM', pk, pids)
-        repin(cid, part, pk)
-      end
-    end
-    out[b] = count and call('HLEN', st) or 0
-  else
-    out[b] = -1
-  end
-end
-bulk('ZREM', KEYS[2], rems)
-for part, pp in pairs(pins) do
-  local set, gone = {}, {}
-  for cid, score in pairs(pp) do
-    if score then
-      set[#set+1] = score
-      set[#set+1] = cid
-    else
-      gone[#gone+1] = cid
-    end
-  end
-  bulk('ZADD', pfx .. 'pins:' .. part, set)
-  bulk('ZREM', pfx .. 'pins:' .. part, gone)
-end
-return out
-`
-
-// withdrawScript: KEYS = clients, st, lease, parts; ARGV = prefix, cid.
-// Deletes the registration, the pending sets, the state, the lease entries
-// and the pins of the client. Returns 1, or 0 when the client was not
-// registered (and then touches nothing).
+// withdrawScript: KEYS = clients, parts; ARGV = prefix, cid. Deletes the
+// registration, the pins and the parts set of the client. Returns 1, or 0
+// when the client was not registered (and then touches nothing).
 var withdrawScript = goredis.NewScript(entryLua + `
 if call('HDEL', KEYS[1], ARGV[2]) == 0 then return 0 end
 local pfx, cid = ARGV[1], ARGV[2]
-local all = call('HGETALL', KEYS[2])
-local rems = {}
-for i = 1, #all, 2 do
-  local _, lm = parse(all[i+1])
-  rems[#rems+1] = lm .. cid .. '\0' .. all[i]
-end
-bulk('ZREM', KEYS[3], rems)
-for _, part in ipairs(call('SMEMBERS', KEYS[4])) do
-  call('DEL', pfx .. 'pend:' .. cid .. ':' .. part)
+for _, part in ipairs(call('SMEMBERS', KEYS[2])) do
   call('ZREM', pfx .. 'pins:' .. part, cid)
 end
-call('DEL', KEYS[2], KEYS[4])
+call('DEL', KEYS[2])
 return 1
 `)
 
@@ -293,31 +178,6 @@ redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
 redis.call('ZADD', KEYS[2], now + tonumber(ARGV[3]), ARGV[1])
 redis.call('SADD', KEYS[3], ARGV[4])
 return 1
-`)
-
-// restoreScript: KEYS = clients, st, lease; ARGV = prefix, cid, then
-// (messageID, partition, pos, lm with the entry's attempts, leaseMs) per
-// entry. An entry whose messageID is pending is left alone; the others are
-// added with their attempts and lease, and the pins of their partitions
-// lowered to them as a send lowers them. Returns the client's pending
-// count, or -1.
-var restoreScript = goredis.NewScript(entryLua + `
-local r = call('HGET', KEYS[1], ARGV[2])
-if not r then return -1 end
-local pfx, cid = ARGV[1], ARGV[2]
-local leases, low = {}, {}
-for i = 3, #ARGV, 5 do
-  local id, part, pos, lm, lease = ARGV[i], ARGV[i+1], ARGV[i+2], ARGV[i+3], ARGV[i+4]
-  if call('HSETNX', KEYS[2], id, part .. ':' .. lm) == 1 then
-    call('ZADD', pfx .. 'pend:' .. cid .. ':' .. part, pos, id)
-    leases[#leases+1] = lease
-    leases[#leases+1] = lm .. cid .. '\0' .. id
-    lower(low, part, cid, pos)
-  end
-end
-bulk('ZADD', KEYS[3], leases)
-lowerPins(pfx, low, {[cid] = r}, KEYS[1])
-return call('HLEN', KEYS[2])
 `)
 
 // identityLua computes the server's identity exactly as Index.Identity
@@ -380,7 +240,7 @@ local function resetOwner(pfx, owner)
     end
     redis.call('DEL', pfx .. 'st:' .. cid, pfx .. 'parts:' .. cid)
   end
-  redis.call('DEL', kc, pfx .. 'lease:' .. owner, pfx .. 'primed:' .. owner)
+  redis.call('DEL', kc, pfx .. 'lease:' .. owner, pfx .. 'primed:' .. owner, pfx .. 'pinseq:' .. owner)
   local mine = owner .. '\0'
   for _, part in ipairs(redis.call('SMEMBERS', pfx .. 'holdparts')) do
     local hk, ek = pfx .. 'holds:' .. part, pfx .. 'holdexp:' .. part

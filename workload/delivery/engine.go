@@ -111,7 +111,7 @@ type Stats struct {
 	PollDeliveries  int64            `json:"pollDeliveries"`  // first sends by the poller
 	Redeliveries    int64            `json:"redeliveries"`    // re-sends after a lease expired
 	FastShed        int64            `json:"fastShed"`        // fast-path items dropped to the poller
-	Acks            int64            `json:"acks"`            // message ids acknowledged
+	Acks            int64            `json:"acks"`            // message ids acknowledged that were outstanding on their connection
 	Withdrawals     map[string]int64 `json:"withdrawals"`     // by reaper (and "superseded", "shutdown")
 	GCDeleted       int64            `json:"gcDeleted"`       // outbox rows deleted by GC
 	GCPasses        int64            `json:"gcPasses"`        // GC passes run
@@ -153,6 +153,14 @@ type Engine struct {
 	// warnSend logs the index's refusals of sends at most every
 	// slogx.Interval: while Redis is away every send fails.
 	warnSend *slogx.Sampled
+	// warnHold and warnGC do the same for the poller's hold refreshes and
+	// the GC passes that fail while the index is away (every 100 ms and
+	// every second otherwise).
+	warnHold, warnGC *slogx.Sampled
+	// primedOnce is set after the first rebuild (the cold start): a later
+	// unprimed index lost its state (a flush, a restart without
+	// persistence), which ensurePrimed says at Warn.
+	primedOnce atomic.Bool
 
 	// link is the link to the other processes sharing the index
 	// (fleet.go), set by Start; nil for an index that is not shared.
@@ -222,6 +230,8 @@ func New(log outbox.Log, idx waterline.Index, tuning func() config.Tuning, cfg C
 	e.fastPath = newFastPath(e, cfg.Concurrency, cfg.FastQueue)
 	e.poller = newPoller(e, e.fastPath.cover)
 	e.warnSend = slogx.NewSampled(slogx.Interval)
+	e.warnHold = slogx.NewSampled(slogx.Interval)
+	e.warnGC = slogx.NewSampled(slogx.Interval)
 	if many, ok := idx.(waterline.ManyAcker); ok && e.cfg.AckWait > 0 {
 		e.ackQ = newAckBatcher(e, many, e.cfg.AckWait)
 	}
@@ -483,13 +493,14 @@ func (e *Engine) Touch(m *Member) { m.lastSeen.Store(e.now().UnixNano()) }
 func (e *Engine) Ack(ctx context.Context, m *Member, ids []string) error {
 	e.Touch(m)
 	m.mu.Lock()
-	freed := false
+	matched := 0
 	for _, id := range ids {
 		if _, ok := m.out[id]; ok {
 			delete(m.out, id)
-			freed = true
+			matched++
 		}
 	}
+	freed := matched > 0
 	waiting := len(m.behind) > 0 || len(m.shed) > 0
 	if freed {
 		m.noteWindowLocked(e.now(), e.tuning().MaxPending)
@@ -498,7 +509,7 @@ func (e *Engine) Ack(ctx context.Context, m *Member, ids []string) error {
 	if freed && waiting {
 		e.poller.wakeUp()
 	}
-	e.acks.Add(int64(len(ids)))
+	e.acks.Add(int64(matched)) // ids that were outstanding, not every id a client sent
 	if e.ackQ != nil {
 		e.ackQ.add(m.client.ID, ids)
 		return nil

@@ -52,7 +52,7 @@ func (g *collector) loop(ctx context.Context) {
 		case <-timer.C:
 		}
 		if _, err := g.once(ctx); err != nil && ctx.Err() == nil {
-			e.logger.Warn("gc pass deleted nothing", "err", err)
+			e.warnGC.Warn(e.logger, "gc pass deleted nothing", "err", err)
 		}
 	}
 }
@@ -82,8 +82,11 @@ func (e *Engine) ensurePrimed(ctx context.Context) (string, error) {
 	if err != nil || reason == "" {
 		return id, err
 	}
-	if reason == RebuildIdentity {
+	switch {
+	case reason == RebuildIdentity:
 		e.logger.Warn("waterline index server changed identity; rebuilding before any delete", "was", was, "now", id)
+	case e.primedOnce.Load():
+		e.logger.Warn("waterline index lost its state (flushed, or restarted without persistence); rebuilding before any delete", "now", id)
 	}
 	return id, e.rebuildLocked(ctx, reason)
 }

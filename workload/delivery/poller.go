@@ -464,6 +464,6 @@ func (pl *poller) hold(ctx context.Context, p int32) {
 	err := e.idx.Hold(cctx, e.cfg.Holder, p, pl.holdPos(p), e.cfg.HoldTTL)
 	e.idxMu.RUnlock()
 	if err != nil {
-		e.logger.Warn("poller: refresh hold", "partition", p, "err", err)
+		e.warnHold.Warn(e.logger, "poller: refresh hold", "partition", p, "err", err)
 	}
 }

@@ -92,6 +92,7 @@ func (e *Engine) rebuildLocked(ctx context.Context, reason string) error {
 	}
 	e.statMu.Lock()
 	e.stats.Rebuilds[reason]++
+	e.primedOnce.Store(true)
 	e.statMu.Unlock()
 	e.logger.Info("waterline index rebuilt from the connections' windows", "reason", reason, "connections", conns, "entries", entries, "took", time.Since(start))
 	return nil

@@ -1,6 +1,9 @@
 package history
 
-import "context"
+import (
+	"context"
+	"slices"
+)
 
 // Feed reads committed history forward in sequence order. It is what a
 // relay follows to feed an outbox log kept outside the relational store
@@ -21,17 +24,17 @@ type Feed interface {
 	// reading forward from the last Seq returned skips nothing. Seq may
 	// have gaps (rolled-back transactions, purged history).
 	//
-	// Members are read at the time of the call, not at the message's
-	// commit: members added since are included (they may read the message
-	// in history anyway), members removed since are not (they may not). A
-	// message committed after a removal never lists the removed member;
-	// a relay that lags by milliseconds sees the commit-time list in
-	// practice.
+	// Members are those the message was committed to: the members whose
+	// current membership interval holds its Seq (added before it:
+	// joined_seq < Seq) and those removed since whose closed interval
+	// holds it (PROTOCOL.md §7.6: a message committed while a member was
+	// removed is never pushed to them after they are added again, however
+	// far the relay lags). MembersAt computes them.
 	HistoryAfter(ctx context.Context, seq int64, limit int) ([]Committed, error)
 }
 
-// Committed is one message of a Feed with its chat's members (user ids,
-// sorted ascending, the sender included).
+// Committed is one message of a Feed with the members it was committed to
+// (user ids, sorted ascending, the sender included; see Feed).
 type Committed struct {
 	Message Message
 	Members []string
@@ -44,4 +47,27 @@ type Committed struct {
 // from it would silently skip every new message.
 type FeedHead interface {
 	HistoryHead(ctx context.Context) (int64, error)
+}
+
+// Interval is one membership interval of a user in a chat: the messages
+// with From < Seq <= To (To < 0: open, the current membership, which
+// holds every Seq above From).
+type Interval struct {
+	User     string
+	From, To int64
+}
+
+// MembersAt returns the users whose interval holds seq, sorted ascending
+// and without repeats: the members a message of that Seq was committed to
+// (Feed). intervals may list a user more than once (a closed interval and
+// the current one).
+func MembersAt(intervals []Interval, seq int64) []string {
+	out := make([]string, 0, len(intervals))
+	for _, iv := range intervals {
+		if iv.From < seq && (iv.To < 0 || seq <= iv.To) {
+			out = append(out, iv.User)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }

@@ -195,7 +195,7 @@ var (
 	dConnected    = prometheus.NewDesc("tetra_connected_clients", "WebSocket connections registered for live delivery.", nil, nil)
 	dDeliveries   = prometheus.NewDesc("tetra_deliveries_total", "Message frames queued on sockets, by path: fast, poll (first sends) and redelivery (after a lease expired).", []string{"path"}, nil)
 	dShedFast     = prometheus.NewDesc("tetra_fast_path_shed_total", "Fast-path deliveries dropped to the poller because the queue was full.", nil, nil)
-	dAcks         = prometheus.NewDesc("tetra_acks_total", "Message ids acknowledged by clients.", nil, nil)
+	dAcks         = prometheus.NewDesc("tetra_acks_total", "Message ids acknowledged by clients that were waiting for an ack on that connection (acks of ids that were not are ignored, not counted).", nil, nil)
 	dWithdrawals  = prometheus.NewDesc("tetra_withdrawals_total", "Connections withdrawn from live delivery, by reason (idle, overload, attempts, superseded, shutdown, owner-lapsed).", []string{"reason"}, nil)
 	dReaped       = prometheus.NewDesc("tetra_owners_reaped_total", "Processes sharing the Redis index whose heartbeat lapsed and whose index state this process reaped.", nil, nil)
 	dGCDeleted    = prometheus.NewDesc("tetra_gc_deleted_rows_total", "Outbox rows deleted by the waterline GC.", nil, nil)

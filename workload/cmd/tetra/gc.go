@@ -42,12 +42,16 @@ func defaultGC(percent int) bool {
 // the share), so the larger GOGC never takes the heap to the kernel's
 // limit: near it the collector runs as often as it must. It logs what it
 // set. An AUTOMEMLIMIT that is neither "off" nor a share in (0, 1] is an
-// error and changes nothing; a cgroup that cannot be read is logged and
+// error and changes nothing (set but empty counts as unset, as for GOGC); a cgroup that cannot be read is logged and
 // leaves the limit off.
 func serveGC(log *slog.Logger) error {
-	if v, ok := os.LookupEnv("AUTOMEMLIMIT"); ok && v != "off" {
-		if r, err := strconv.ParseFloat(v, 64); err != nil || !(r > 0 && r <= 1) {
-			return fmt.Errorf("AUTOMEMLIMIT %q: want off or a share of the memory limit in (0, 1], such as 0.9", v)
+	auto := os.Getenv("AUTOMEMLIMIT")
+	switch {
+	case auto == "":
+		os.Unsetenv("AUTOMEMLIMIT") // set but empty: unset, as an empty GOGC is
+	case auto != "off":
+		if r, err := strconv.ParseFloat(auto, 64); err != nil || !(r > 0 && r <= 1) {
+			return fmt.Errorf("AUTOMEMLIMIT %q: want off or a share of the memory limit in (0, 1], such as 0.9", auto)
 		}
 	}
 	gogc := "GOGC or GOMEMLIMIT from the environment"
@@ -59,6 +63,8 @@ func serveGC(log *slog.Logger) error {
 	switch {
 	case err != nil:
 		attrs = append(attrs, "memory_limit_err", err.Error())
+	case auto == "off":
+		attrs = append(attrs, "memory_limit", "off (AUTOMEMLIMIT=off)")
 	case limit > 0 && limit < math.MaxInt64:
 		attrs = append(attrs, "memory_limit_bytes", limit)
 	}

@@ -53,7 +53,7 @@ func TestServeGCRefusesBadAutomemlimit(t *testing.T) {
 	defer debug.SetGCPercent(old)
 	t.Setenv("GOGC", "")
 	t.Setenv("GOMEMLIMIT", "")
-	for _, v := range []string{"abc", "0", "1.5", "-0.2", ""} {
+	for _, v := range []string{"abc", "0", "1.5", "-0.2", "NaN", "OFF"} {
 		t.Setenv("AUTOMEMLIMIT", v)
 		err := serveGC(slog.New(slog.DiscardHandler))
 		if err == nil || !strings.Contains(err.Error(), "AUTOMEMLIMIT") {
@@ -63,7 +63,7 @@ func TestServeGCRefusesBadAutomemlimit(t *testing.T) {
 			t.Errorf("AUTOMEMLIMIT=%q: GC percent %d after the refusal, want 100", v, got)
 		}
 	}
-	for _, v := range []string{"off", "0.5", "1"} {
+	for _, v := range []string{"off", "0.5", "1", ""} {
 		t.Setenv("AUTOMEMLIMIT", v)
 		if err := serveGC(slog.New(slog.DiscardHandler)); err != nil {
 			t.Errorf("AUTOMEMLIMIT=%q: %v", v, err)

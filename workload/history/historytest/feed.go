@@ -115,16 +115,40 @@ func testFeedOrder(t *testing.T, s FeedStore) {
 	}
 }
 
+// testFeedMembersAddedLater: a message lists the members it was committed
+// to, however late the feed is read (PROTOCOL.md §7.6): not a member
+// added after it, nor one removed before it and added again after it;
+// still one removed after it.
 func testFeedMembersAddedLater(t *testing.T, s FeedStore) {
 	ctx := ctxFor(t)
-	g := mustGroup(t, s, "ma", "g", "mb")
+	g := mustGroup(t, s, "ma", "g", "mb", "md")
 	MustCommit(t, s, Draft(g.ID, "ma", "k1", "before"))
-	if _, err := s.AddMember(ctx, g.ID, "ma", "mc"); err != nil {
-		t.Fatalf("AddMember: %v", err)
+	if _, _, err := s.RemoveMember(ctx, g.ID, "ma", "mb"); err != nil {
+		t.Fatalf("RemoveMember: %v", err)
 	}
+	MustCommit(t, s, Draft(g.ID, "ma", "k2", "while mb is away"))
+	for _, u := range []string{"mb", "mc"} {
+		if _, err := s.AddMember(ctx, g.ID, "ma", u); err != nil {
+			t.Fatalf("AddMember %s: %v", u, err)
+		}
+	}
+	if _, _, err := s.RemoveMember(ctx, g.ID, "ma", "md"); err != nil {
+		t.Fatalf("RemoveMember: %v", err)
+	}
+	MustCommit(t, s, Draft(g.ID, "ma", "k3", "after"))
 	all := FeedAll(t, s, 0, 10)
-	if len(all) != 1 || !slices.Equal(all[0].Members, []string{"ma", "mb", "mc"}) {
-		t.Errorf("feed after AddMember = %+v, want the message with members [ma mb mc] (read at call time)", all)
+	want := [][]string{{"ma", "mb", "md"}, {"ma", "md"}, {"ma", "mb", "mc"}}
+	if len(all) != len(want) {
+		t.Fatalf("feed = %+v, want %d messages", all, len(want))
+	}
+	for i, c := range all {
+		if !slices.Equal(c.Members, want[i]) {
+			t.Errorf("message %d (%q): members %v, want %v (those it was committed to)", i+1, c.Message.Body, c.Members, want[i])
+		}
+	}
+	// Read from the middle: the same lists.
+	if rest := FeedAll(t, s, all[0].Message.Seq, 10); len(rest) != 2 || !slices.Equal(rest[0].Members, want[1]) || !slices.Equal(rest[1].Members, want[2]) {
+		t.Errorf("feed after the first = %+v, want members %v and %v", rest, want[1], want[2])
 	}
 }
 

@@ -14,21 +14,27 @@ import (
 var _ history.Feed = (*DB)(nil)
 
 // feedSQL reads history forward by id ($1 the last Seq seen, $2 the limit)
-// and the members of those rows' chats in one statement, so both come from
-// one snapshot: kind 0 rows are messages, kind 1 rows are (chat, member)
-// pairs. It ranges over history's primary key and the members primary key.
+// and the membership intervals of those rows' chats in one statement, so
+// both come from one snapshot: kind 0 rows are messages, kind 1 rows are
+// intervals (chat, user, from in the id column, to in the sent_at column:
+// -1 for a current membership, else a closed span that can hold a Seq
+// above $1). It ranges over history's primary key and the members and
+// member_spans primary keys.
 const feedSQL = `WITH h AS (
 		SELECT id, message_id, chat_id, sender_id, sender_device, correlation_id, body, sent_at, kind, ref, edited_at, deleted
 		FROM history WHERE id > $1 ORDER BY id LIMIT $2
 	)
 	SELECT 0, id, message_id, chat_id, sender_id, sender_device, correlation_id, body, sent_at, kind, ref, edited_at, deleted FROM h
 	UNION ALL
-	SELECT 1, 0, '', m.chat_id, m.user_id, '', '', '', 0::bigint, 0::smallint, '', 0::bigint, false
-	FROM members AS m WHERE m.chat_id IN (SELECT chat_id FROM h)`
+	SELECT 1, m.joined_seq, '', m.chat_id, m.user_id, '', '', '', -1::bigint, 0::smallint, '', 0::bigint, false
+	FROM members AS m WHERE m.chat_id IN (SELECT chat_id FROM h)
+	UNION ALL
+	SELECT 1, s.from_seq, '', s.chat_id, s.user_id, '', '', '', s.to_seq, 0::smallint, '', 0::bigint, false
+	FROM member_spans AS s WHERE s.chat_id IN (SELECT chat_id FROM h) AND s.to_seq > $1`
 
 // HistoryAfter returns up to limit messages with Seq above seq, in Seq
-// order, each with its chat's members (sorted), with one statement in one
-// round trip.
+// order, each with the members it was committed to (history.Feed,
+// history.MembersAt), with one statement in one round trip.
 //
 // Nothing is skipped by reading forward from the last Seq returned, also
 // when the store writes no outbox rows (Config.Outbox false, Kafka mode):
@@ -46,7 +52,7 @@ func (db *DB) HistoryAfter(ctx context.Context, seq int64, limit int) ([]history
 		return nil, unavailable("history feed", err)
 	}
 	out := make([]history.Committed, 0, min(limit, 512))
-	members := map[string][]string{}
+	intervals := map[string][]history.Interval{}
 	var (
 		kind int
 		m    history.Message
@@ -55,7 +61,7 @@ func (db *DB) HistoryAfter(ctx context.Context, seq int64, limit int) ([]history
 	_, err = pgx.ForEachRow(rows, append([]any{&kind}, dest...), func() error {
 		done()
 		if kind == 1 {
-			members[m.ChatID] = append(members[m.ChatID], m.SenderID)
+			intervals[m.ChatID] = append(intervals[m.ChatID], history.Interval{User: m.SenderID, From: m.Seq, To: m.SentAt.UnixNano()})
 			return nil
 		}
 		out = append(out, history.Committed{Message: m})
@@ -67,11 +73,8 @@ func (db *DB) HistoryAfter(ctx context.Context, seq int64, limit int) ([]history
 	// UNION ALL keeps no order: sort both (ids use the "C" collation, so
 	// byte order is the database's order too).
 	slices.SortFunc(out, func(a, b history.Committed) int { return cmp.Compare(a.Message.Seq, b.Message.Seq) })
-	for _, ms := range members {
-		slices.Sort(ms)
-	}
 	for i := range out {
-		out[i].Members = members[out[i].Message.ChatID]
+		out[i].Members = history.MembersAt(intervals[out[i].Message.ChatID], out[i].Message.Seq)
 	}
 	return out, nil
 }

@@ -11,17 +11,22 @@ import (
 var _ history.Feed = (*DB)(nil)
 
 // feedQuery reads history forward by id (?1 the last Seq seen, ?2 the
-// limit); feedMembersQuery lists the members of the chats of the same
+// limit); feedMembersQuery lists the membership intervals, current and
+// closed (those that can hold a Seq above ?1), of the chats of the same
 // rows. Both run in one read transaction, so they see one snapshot.
 const (
 	feedRows         = `SELECT ` + messageColumns + ` FROM history AS h WHERE h.id > ?1 ORDER BY h.id LIMIT ?2`
 	feedQuery        = feedRows
 	feedMembersQuery = `WITH h AS (` + feedRows + `)
-		SELECT chat_id, user_id FROM members WHERE chat_id IN (SELECT chat_id FROM h) ORDER BY chat_id, user_id`
+		SELECT chat_id, user_id, joined_seq, -1 FROM members WHERE chat_id IN (SELECT chat_id FROM h)
+		UNION ALL
+		SELECT chat_id, user_id, from_seq, to_seq FROM member_spans
+		WHERE chat_id IN (SELECT chat_id FROM h) AND to_seq > ?1`
 )
 
 // HistoryAfter returns up to limit messages with Seq above seq, in Seq
-// order, each with its chat's members (sorted), from one WAL snapshot on
+// order, each with the members it was committed to (history.Feed,
+// history.MembersAt), from one WAL snapshot on
 // the read pool: a range read of history's primary key and one keyed read
 // of members per chat. Seq is assigned by the single writer in commit
 // order, so reading forward from the last Seq returned skips nothing (see
@@ -64,19 +69,20 @@ func (db *DB) HistoryAfter(ctx context.Context, seq int64, limit int) ([]history
 		return nil, unavailable("history feed: members", err)
 	}
 	defer mrows.Close()
-	members := map[string][]string{}
+	intervals := map[string][]history.Interval{}
 	for mrows.Next() {
-		var chat, user string
-		if err := mrows.Scan(&chat, &user); err != nil {
+		var chat string
+		var iv history.Interval
+		if err := mrows.Scan(&chat, &iv.User, &iv.From, &iv.To); err != nil {
 			return nil, unavailable("history feed: members", err)
 		}
-		members[chat] = append(members[chat], user)
+		intervals[chat] = append(intervals[chat], iv)
 	}
 	if err := mrows.Err(); err != nil {
 		return nil, unavailable("history feed: members", err)
 	}
 	for i := range out {
-		out[i].Members = members[out[i].Message.ChatID]
+		out[i].Members = history.MembersAt(intervals[out[i].Message.ChatID], out[i].Message.Seq)
 	}
 	return out, nil
 }

@@ -53,7 +53,6 @@ func TestPinsFollowThePendingEntries(t *testing.T) {
 					mu.Lock()
 					next++
 					id, pos := fmt.Sprint("m", next), next
-					pending[c][id] = pos
 					mu.Unlock()
 					e := []waterline.Entry{{MessageID: id, Pos: pos}}
 					var err error
@@ -66,6 +65,10 @@ func TestPinsFollowThePendingEntries(t *testing.T) {
 						t.Error(err)
 						return
 					}
+					// Ackable once recorded, as a frame is once sent.
+					mu.Lock()
+					pending[c][id] = pos
+					mu.Unlock()
 				default: // an ack of one pending entry, recorded before it is forgotten here
 					id := ids[rng.IntN(len(ids))]
 					var err error

@@ -278,7 +278,10 @@ func (cn *conn) write(b []byte) error {
 	return err
 }
 
-var errWriteTimeout = errors.New("client: write timed out")
+// errWriteTimeout is what write returns when the deadline passed as the
+// write ended; writeDeadline reports the same with the timeout in it,
+// and whichever comes first says why the connection was dropped.
+var errWriteTimeout = errors.New("client: a write took longer than WriteTimeout: dropping the connection")
 
 // writeCtx writes one frame from any goroutine, within WriteTimeout.
 func (cn *conn) writeCtx(b []byte) error {

@@ -86,8 +86,8 @@ const readTxBegin = `BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET LOCAL 
 // it takes the statement snapshot of its insert after the change
 // committed, so the insert's epoch check fails and Commit reads the member
 // list again. AddMember then locks the chat row (FOR NO KEY UPDATE, which
-// does not block Commit's foreign key checks), so concurrent additions to
-// one group cannot overshoot MaxGroupMembers.
+// does not block the foreign key checks of members and direct_pairs), so
+// concurrent additions to one group cannot overshoot MaxGroupMembers.
 type core struct{ db *DB }
 
 // Begin implements storecore.Backend: a read-write transaction on a pooled
@@ -152,7 +152,7 @@ func (t *changeTx) LockAppend(ctx context.Context) error {
 }
 
 // LockChat locks the chat row FOR NO KEY UPDATE, which does not block
-// Commit's foreign key checks.
+// the foreign key checks of members and direct_pairs.
 func (t *changeTx) LockChat(ctx context.Context, chatID string) error {
 	if err := t.flush(ctx); err != nil {
 		return err

@@ -117,7 +117,8 @@ func (db *DB) SaveReads(ctx context.Context, reads []history.Read) error {
 // PurgeHistory deletes up to limit history rows with SentAt before cutoff,
 // oldest SentAt first, and returns how many it deleted. The outbox rows of
 // those messages are deleted by the same statement, so no outbox row
-// outlives its history row (invariant I1; a foreign key enforces it).
+// outlives its history row (invariant I1; no foreign key checks it since
+// migration 7: TestReferencesHoldWithoutForeignKeys).
 // limit < 1 gives ErrInvalid.
 func (db *DB) PurgeHistory(ctx context.Context, cutoff time.Time, limit int) (int64, error) {
 	cut, none, err := storecore.PurgeCut(cutoff, limit)

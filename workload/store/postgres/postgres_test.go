@@ -68,6 +68,57 @@ func TestOutboxConformance(t *testing.T) {
 	outboxtest.Run(t, func(t *testing.T) outboxtest.Harness { return newHarness(newDB(t)) })
 }
 
+// TestReferencesHoldWithoutForeignKeys runs the conformance suites on
+// stores whose schema declares no foreign key on the message path
+// (migration 7) and then looks for every row whose parent is missing: a
+// history row's chat and an outbox row's history row (invariant I1) hold
+// by construction.
+func TestReferencesHoldWithoutForeignKeys(t *testing.T) {
+	t.Parallel()
+	checked := func(t *testing.T, db *DB) *DB {
+		ctx := context.Background()
+		var fks []string
+		rows, err := db.pool.Query(ctx, `SELECT conname FROM pg_constraint
+			WHERE contype = 'f' AND conrelid IN ('history'::regclass, 'outbox'::regclass) ORDER BY 1`)
+		if err == nil {
+			fks, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		}
+		if err != nil || len(fks) != 0 {
+			t.Fatalf("foreign keys on history and outbox: %v, %v; want none (migration 7)", fks, err)
+		}
+		t.Cleanup(func() { // before openDB's Close: cleanups run last first
+			rows, err := db.pool.Query(ctx, `
+				SELECT 'history', h.id FROM history AS h
+				WHERE NOT EXISTS (SELECT 1 FROM chats AS c WHERE c.id = h.chat_id)
+				UNION ALL
+				SELECT 'outbox', o.id FROM outbox AS o
+				WHERE NOT EXISTS (SELECT 1 FROM history AS h WHERE h.id = o.history_id)`)
+			if err != nil {
+				t.Fatalf("orphans: %v", err)
+			}
+			defer rows.Close()
+			for rows.Next() {
+				var table string
+				var id int64
+				if err := rows.Scan(&table, &id); err != nil {
+					t.Fatal(err)
+				}
+				t.Errorf("%s row %d refers to a missing parent", table, id)
+			}
+			if err := rows.Err(); err != nil {
+				t.Fatal(err)
+			}
+		})
+		return db
+	}
+	t.Run("history", func(t *testing.T) {
+		historytest.Run(t, func(t *testing.T) history.Store { return checked(t, newDB(t)) })
+	})
+	t.Run("outbox", func(t *testing.T) {
+		outboxtest.Run(t, func(t *testing.T) outboxtest.Harness { return newHarness(checked(t, newDB(t))) })
+	})
+}
+
 // newHarness appends through Commit: one group chat per recipient set,
 // created on first use, and one message from the first recipient. Hold runs
 // a real Commit in a goroutine and pauses it with its transaction open and

@@ -37,7 +37,12 @@ const maxCommitAttempts = 8
 // Results carry SentAt in UTC as stored. An empty batch returns an empty
 // slice without touching the database.
 //
-// The transaction costs two round trips whatever the batch size: the first
+// The common batch, new messages from members of chats whose member lists
+// are cached, costs one round trip (commitRun.optimistic): BEGIN, the
+// append lock (AppendLockKey), one statement inserting every history row
+// and every outbox row, and COMMIT, pipelined; the unique keys refuse a
+// taken key or id, and the attempt then starts over as below. Otherwise
+// the transaction costs two round trips whatever the batch size: the first
 // opens it and reads the membership epoch, the keys and message ids already
 // used, and the member lists not cached; the second takes the append lock
 // (AppendLockKey), inserts every history row and every outbox row with one
@@ -68,11 +73,13 @@ func (db *DB) commit(ctx context.Context, drafts []history.Draft, hooks *commitH
 	if len(drafts) == 0 {
 		return []history.Result{}, nil
 	}
+	optimistic := true
 	for attempt := 1; ; attempt++ {
-		results, again, err := db.commitOnce(ctx, drafts, hooks)
+		results, again, err := db.commitOnce(ctx, drafts, hooks, optimistic)
 		if err != nil || !again {
 			return results, err
 		}
+		optimistic = false
 		if attempt == maxCommitAttempts {
 			return nil, unavailable("commit", fmt.Errorf("memberships or keys kept changing during %d attempts", attempt))
 		}
@@ -92,11 +99,15 @@ type commitRun struct {
 }
 
 // commitOnce runs one attempt. again reports that the attempt wrote nothing
-// because the world moved between its reads and its writes.
-func (db *DB) commitOnce(ctx context.Context, drafts []history.Draft, hooks *commitHooks) (results []history.Result, again bool, err error) {
+// because the world moved between its reads and its writes, or because an
+// optimistic attempt lost its bet (see optimistic).
+func (db *DB) commitOnce(ctx context.Context, drafts []history.Draft, hooks *commitHooks, optimistic bool) (results []history.Result, again bool, err error) {
 	r := &commitRun{db: db, plan: history.NewCommitPlan(drafts)}
 	if !r.plan.Valid() {
 		return r.plan.Results, false, nil
+	}
+	if optimistic && !r.plan.HasRefs() && r.cached() {
+		return r.optimistic(ctx, hooks)
 	}
 	// What to read: chats, keys and ids of the drafts that pass their own
 	// checks.
@@ -132,7 +143,61 @@ func (db *DB) commitOnce(ctx context.Context, drafts []history.Draft, hooks *com
 		// deferred rollback ends the read-only transaction.
 		return r.plan.Results, false, nil
 	}
-	again, err = r.write(ctx, conn, hooks)
+	again, err = r.write(ctx, conn, hooks, false)
+	if err != nil || again {
+		return nil, again, err
+	}
+	return r.plan.Finish(), false, nil
+}
+
+// cached reports whether the member list of every chat of the plan is in
+// the cache, and if so takes them, with the cache's epoch, as what an
+// optimistic attempt knows.
+func (r *commitRun) cached() bool {
+	chats := r.plan.Chats()
+	epoch, lists := r.db.cache.Lookup(chats)
+	if len(lists) != len(chats) {
+		return false
+	}
+	r.epoch, r.members = epoch, lists
+	r.byKey, r.usedIDs = map[history.Key]history.Message{}, map[string]bool{}
+	return true
+}
+
+// optimistic is an attempt that bets on the common batch: new messages
+// from members of chats whose member lists are cached (cached). It reads
+// nothing, so a Commit is one round trip: the write opens the transaction
+// itself, the insert checks the cache's epoch as it checks the one read
+// otherwise, and the unique keys on history (message_id, and sender_id with
+// correlation_id) refuse a taken key or id instead of the lookups read
+// would run (two index probes per message, and a round trip per batch).
+// The bet is lost, with nothing written, when the plan refuses a draft (a
+// resend is refused as a duplicate key only once its original is read), a
+// key or id turns out taken, or the epoch moved; the attempt then reports
+// again and Commit tries once more with every read. The pause points run
+// as in a reading attempt: afterRead before the write round trip (with no
+// transaction open yet), beforeCommit before its COMMIT.
+func (r *commitRun) optimistic(ctx context.Context, hooks *commitHooks) (results []history.Result, again bool, err error) {
+	valid := make([]bool, len(r.plan.Results))
+	for i, res := range r.plan.Results {
+		valid[i] = res.Err == nil
+	}
+	r.plan.Decide(history.Known{Members: r.members, Committed: r.byKey, UsedIDs: r.usedIDs})
+	for i, res := range r.plan.Results {
+		if valid[i] && res.Err != nil {
+			return nil, true, nil
+		}
+	}
+	conn, err := r.db.pool.Acquire(ctx)
+	if err != nil {
+		return nil, false, unavailable("commit", err)
+	}
+	defer conn.Release()
+	defer rollback(conn) // a no-op once committed
+	if hooks != nil && hooks.afterRead != nil {
+		hooks.afterRead(ctx)
+	}
+	again, err = r.write(ctx, conn, hooks, true)
 	if err != nil || again {
 		return nil, again, err
 	}
@@ -342,9 +407,11 @@ const insertHistorySQL = `WITH d AS (
 	UNION ALL SELECT 2, epoch, '', 0 FROM membership_epoch WHERE id = 1`
 
 // write is the second round trip: the append lock, the insert and COMMIT,
-// in one pipelined batch. again reports that nothing was written because
-// the epoch moved or a key or message id was taken since read.
-func (r *commitRun) write(ctx context.Context, conn *pgxpool.Conn, hooks *commitHooks) (again bool, err error) {
+// in one pipelined batch (after BEGIN when begin is set: an optimistic
+// attempt opens its transaction here). again reports that nothing was
+// written because the epoch moved or a key or message id was taken since
+// read (or, optimistic, was taken at all).
+func (r *commitRun) write(ctx context.Context, conn *pgxpool.Conn, hooks *commitHooks, begin bool) (again bool, err error) {
 	inserts, results := r.plan.Inserts, r.plan.Results
 	n := len(inserts)
 	messageIDs := make([]string, n)
@@ -369,6 +436,9 @@ func (r *commitRun) write(ctx context.Context, conn *pgxpool.Conn, hooks *commit
 	createdAt := nanos(time.Now())
 
 	b := &pgx.Batch{}
+	if begin {
+		b.Queue(`BEGIN`)
+	}
 	b.Queue(`SELECT pg_advisory_xact_lock($1)`, AppendLockKey)
 	if r.db.cfg.Outbox {
 		b.Queue(insertSQL, messageIDs, chatIDs, senders, devices, correlations, bodies, sentAts, r.epoch,
@@ -393,6 +463,11 @@ func (r *commitRun) write(ctx context.Context, conn *pgxpool.Conn, hooks *commit
 	var outs []out
 	br := conn.SendBatch(ctx, b)
 	err = func() error {
+		if begin {
+			if _, err := br.Exec(); err != nil {
+				return err
+			}
+		}
 		if _, err := br.Exec(); err != nil {
 			return err
 		}

@@ -25,8 +25,11 @@
 // The sequences must keep CACHE 1.
 //
 // The lock serializes appends, which group commit makes cheap: a Commit
-// carries a whole batch (36 messages by default) in two round trips, and the
-// lock is held for the second only. The first opens the transaction and
+// carries a whole batch (36 messages by default) in one round trip when
+// every member list it needs is cached and no draft is a resend (it reads
+// nothing and lets history's unique keys refuse a taken key or id, then
+// starts over with the reads), otherwise in two, and the lock is held for
+// the last only. The first of two opens the transaction and
 // reads, in one pipelined batch, the membership epoch, the idempotency keys
 // and message ids already used, and the member lists not in the in-process
 // cache; the second takes the lock, inserts every history row and every

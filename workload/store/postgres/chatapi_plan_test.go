@@ -68,7 +68,7 @@ func TestPagePlans(t *testing.T) {
 			strings.Contains(text, "history_pkey") {
 			t.Errorf("%s: the plan is not a range of history_unread:\n%s", q.name, text)
 		}
-		for _, stmt := range []string{`DEALLOCATE probe`, `TRUNCATE history CASCADE`} {
+		for _, stmt := range []string{`DEALLOCATE probe`, `TRUNCATE history, outbox`} {
 			if _, err := conn.Exec(ctx, stmt); err != nil {
 				t.Fatal(err)
 			}

@@ -15,6 +15,10 @@ import (
 	"github.com/tetra-messenger/tetra/workload/history"
 )
 
+// readFirstAfterLoss is how many Commits read first (no optimistic
+// attempt) after an optimistic attempt lost its bet.
+const readFirstAfterLoss = 32
+
 // maxCommitAttempts bounds how often Commit starts over when the membership
 // epoch moved, or another transaction took a key or message id, between
 // its reads and its writes.
@@ -61,8 +65,9 @@ func (db *DB) Commit(ctx context.Context, drafts []history.Draft) ([]history.Res
 
 // commitHooks are pause points for tests; production passes nil.
 type commitHooks struct {
-	// afterRead runs with the transaction open and its reads done, before
-	// the write round trip (so before the append lock).
+	// afterRead runs with its reads done, before the write round trip (so
+	// before the append lock): with the transaction open after the reads
+	// of a reading attempt, with none open yet in an optimistic one.
 	afterRead func(ctx context.Context)
 	// beforeCommit runs with the lock held and the rows inserted, before
 	// COMMIT, which then goes in a round trip of its own.
@@ -73,9 +78,19 @@ func (db *DB) commit(ctx context.Context, drafts []history.Draft, hooks *commitH
 	if len(drafts) == 0 {
 		return []history.Result{}, nil
 	}
-	optimistic := true
+	optimistic := db.readFirst.Load() == 0
+	if !optimistic {
+		db.readFirst.Add(-1)
+	}
 	for attempt := 1; ; attempt++ {
 		results, again, err := db.commitOnce(ctx, drafts, hooks, optimistic)
+		if optimistic && again {
+			// The bet was lost (a resend, most likely, when clients
+			// reconnect and replay their sends): the next commits read
+			// first, instead of each taking the append lock, drawing ids
+			// and rolling back before it reads.
+			db.readFirst.Store(readFirstAfterLoss)
+		}
 		if err != nil || !again {
 			return results, err
 		}
@@ -174,7 +189,10 @@ func (r *commitRun) cached() bool {
 // The bet is lost, with nothing written, when the plan refuses a draft (a
 // resend is refused as a duplicate key only once its original is read), a
 // key or id turns out taken, or the epoch moved; the attempt then reports
-// again and Commit tries once more with every read. The pause points run
+// again and Commit tries once more with every read, as do the next
+// readFirstAfterLoss Commits. The cost of a lost bet is a round trip
+// holding the append lock and the ids it drew; a member change anywhere
+// makes each process lose one (the epoch moved). The pause points run
 // as in a reading attempt: afterRead before the write round trip (with no
 // transaction open yet), beforeCommit before its COMMIT.
 func (r *commitRun) optimistic(ctx context.Context, hooks *commitHooks) (results []history.Result, again bool, err error) {

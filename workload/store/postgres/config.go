@@ -38,7 +38,7 @@ type Config struct {
 	Outbox bool
 	// MaxConns caps the connection pool shared by every method. Zero means
 	// max(4, GOMAXPROCS); allowed range 0 to MaxMaxConns. A Commit holds one
-	// connection for its two round trips.
+	// connection for its round trips (one or two: see DB.Commit).
 	MaxConns int32
 	// ConnectTimeout bounds establishing one connection. Zero means
 	// DefaultConnectTimeout; allowed range 0 to MaxConnectTimeout. It

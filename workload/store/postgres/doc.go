@@ -45,8 +45,9 @@
 // checks each referencing row with a query of its own, and the two keys
 // were a quarter of the database's CPU at 4,000 msg/s. What they guarded
 // holds by construction, as in the SQLite store and the Kafka log: a
-// history row only for a chat whose members its transaction read (chats
-// are never deleted), a message's outbox rows in the statement that
+// history row only for a chat whose members were read, by its transaction
+// or (cached) at the membership epoch its insert checks (chats are never
+// deleted, unknown chats never cached), a message's outbox rows in the statement that
 // inserts its history row, and PurgeHistory deleting both in one statement
 // (invariant I1); TestReferencesHoldWithoutForeignKeys checks it.
 //

@@ -45,7 +45,7 @@ func TestCommitReadsProbeTheIndex(t *testing.T) {
 		for _, stmt := range []string{
 			`SET plan_cache_mode = force_generic_plan`,
 			`DEALLOCATE ALL`,
-			`TRUNCATE history CASCADE`,
+			`TRUNCATE history, outbox`,
 			fill(c.ID, 1, 200),
 			fmt.Sprintf(`PREPARE probe(%s) AS %s`, types, q.sql),
 			"EXECUTE probe" + q.args,

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -61,6 +62,9 @@ type DB struct {
 
 	// cache holds member lists for Commit, valid for one membership epoch.
 	cache history.MemberCache
+	// readFirst counts the Commits left that read before they write,
+	// after an optimistic attempt lost its bet (see DB.Commit).
+	readFirst atomic.Int32
 
 	closeOnce sync.Once
 }

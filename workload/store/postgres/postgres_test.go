@@ -121,9 +121,10 @@ func TestReferencesHoldWithoutForeignKeys(t *testing.T) {
 
 // newHarness appends through Commit: one group chat per recipient set,
 // created on first use, and one message from the first recipient. Hold runs
-// a real Commit in a goroutine and pauses it with its transaction open and
-// its reads done, just before the round trip that takes the append lock,
-// draws the ids and commits; commit lets it go on.
+// a real Commit in a goroutine and pauses it with its reads done (its
+// transaction open when it read; an optimistic attempt, with the chat's
+// members cached, has opened none yet), just before the round trip that
+// takes the append lock, draws the ids and commits; commit lets it go on.
 func newHarness(db *DB) outboxtest.Harness {
 	var mu sync.Mutex
 	chats := map[string]string{}
@@ -724,7 +725,8 @@ func TestCommitBigBatchOrder(t *testing.T) {
 // the member list cached, one pipelined batch (the optimistic attempt: no
 // reads) and no single statements; with it not cached, two (the reads,
 // then the write). A batch of duplicates loses the optimistic bet on the
-// unique key, reads, and ends its transaction.
+// unique key, reads, and ends its transaction; the Commit after it reads
+// first (readFirstAfterLoss).
 func TestCommitRoundTrips(t *testing.T) {
 	t.Parallel()
 	tr := &countingTracer{}
@@ -762,6 +764,12 @@ func TestCommitRoundTrips(t *testing.T) {
 		if !r.Duplicate {
 			t.Fatalf("resend %d: %+v, want a duplicate", i, r)
 		}
+	}
+	// The lost bet makes the next Commits read first.
+	tr.reset()
+	historytest.MustCommit(t, db, batch(36, "after-")...)
+	if q, b := tr.counts(); q != 0 || b != 2 {
+		t.Errorf("Commit of 36 messages after a lost bet: %d statements and %d batches, want 0 and 2", q, b)
 	}
 }
 

@@ -8,8 +8,11 @@
 --
 -- What they guarded holds by construction, as every store must keep it
 -- anyway (the Kafka log has no foreign keys at all): Commit inserts a
--- history row only for a chat whose members the same transaction read,
--- and chats are never deleted; a message's outbox rows go in the
+-- history row only for a chat whose members were read, by its own
+-- transaction or, from the member cache, by an earlier one at the
+-- membership epoch its insert checks; chats are never deleted (a feature
+-- that deletes them must bump the epoch, or a cached list would outlive
+-- its chat) and unknown chats are never cached; a message's outbox rows go in the
 -- statement that inserts its history row; PurgeHistory deletes a
 -- message's outbox rows in the statement that deletes its history row
 -- (invariant I1). TestReferencesHoldWithoutForeignKeys runs the

@@ -22,7 +22,16 @@ import (
 func (b *Backends) lockInstance(ctx context.Context, db *postgres.DB, fleet fleetIdentity) error {
 	exclusive := b.IndexKind == "memory"
 	prefix := b.cfg.prefix()
-	release, err := db.LockInstance(ctx, exclusive, prefix, fleet.lockName())
+	release, err := db.LockInstance(ctx, exclusive, prefix, fleet.lockName(), func(state error) {
+		switch {
+		case state == nil:
+			b.log.Warn("fleet: the instance lock is held again; the GC deletes again")
+		case errors.Is(state, postgres.ErrLockLost):
+			b.log.Warn("fleet: PostgreSQL ended the session holding the instance lock; the GC deletes nothing until it is taken again", "err", state)
+		default:
+			b.log.Error("fleet: while this process's instance lock was lost, another tetra process that may not share this database took it (another --index-prefix, fleet identity or index kind); neither process's GC deletes anything until one of them stops", "err", state, "prefix", prefix)
+		}
+	})
 	switch {
 	case errors.Is(err, postgres.ErrOtherFleet):
 		recorded, rerr := db.Fleet(ctx)

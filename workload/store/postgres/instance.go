@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -49,9 +50,7 @@ const namespaceLockClass int32 = 0x74657470
 // (in-process index: this must be the only process on the database) or
 // shared otherwise (shared index: any number of such processes), on a
 // connection it keeps out of the pool until release is called. It fails
-// with ErrInstanceLocked, without waiting, when the other mode is held. The
-// lock lasts as long as that connection: if PostgreSQL drops it, the check
-// no longer applies (it guards starts, not a running process).
+// with ErrInstanceLocked, without waiting, when the other mode is held.
 //
 // With a shared index, namespace names it (the Redis key prefix): the
 // process also holds a shared lock on the namespace and fails with
@@ -62,62 +61,238 @@ const namespaceLockClass int32 = 0x74657470
 // holds one on a different identity. The namespace check is kept apart so
 // that processes of an older version, which hold only that one, are still
 // told apart by prefix during a rolling upgrade.
-func (db *DB) LockInstance(ctx context.Context, exclusive bool, namespace, fleet string) (release func(), err error) {
+//
+// The locks last as long as their session, and PostgreSQL can end it
+// while the process lives on (pg_terminate_backend, a restart, a
+// failover): a process that started in that gap would pass the checks
+// above. So the locks are kept, not only taken: every InstanceKeepEvery
+// they are taken again on their session, which checks it and counts the
+// other processes; a lost session is replaced and the locks taken again
+// (a conflict found then is kept, the locks this process could take stay
+// held, so that the other process sees it too). And DeleteBelow
+// deletes only while this session holds the instance lock and no session
+// holds a namespace or fleet lock of another name (see deleteGuardSQL), so
+// neither of two conflicting processes deletes rows the other's clients
+// have not acknowledged. onChange, when not nil, is called from the
+// keeper with each change of state: ErrLockLost when the session is found
+// gone, nil when the locks are held alone again, ErrInstanceLocked,
+// ErrOtherNamespace or ErrOtherFleet when another process uses the
+// database in a conflicting way (a newcomer that started while this
+// process's session was lost, or the process it met; checked again every
+// InstanceKeepEvery until it is gone).
+func (db *DB) LockInstance(ctx context.Context, exclusive bool, namespace, fleet string, onChange func(error)) (release func(), err error) {
+	l := &instanceLock{db: db, exclusive: exclusive, ns: hash32(namespace), fleet: hash32(fleet), hasFleet: fleet != "",
+		onChange: onChange, stop: make(chan struct{}), done: make(chan struct{})}
 	conn, err := db.pool.Acquire(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: instance lock: %w", err)
 	}
+	// Hijack: the connection (and the lock) leaves the pool for good and
+	// is closed on release, which ends the session and frees the lock.
+	pc := conn.Hijack()
+	if err := l.take(ctx, pc); err != nil {
+		_ = pc.Close(context.Background()) // ends the session and its locks
+		if isConflict(err) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("postgres: instance lock: %w", err)
+	}
+	l.conn = pc
+	l.pid.Store(int32(pc.PgConn().PID()))
+	db.inst.Store(l)
+	go l.keep()
+	return func() {
+		close(l.stop)
+		<-l.done
+		db.inst.CompareAndSwap(l, nil)
+		_ = l.conn.Close(context.Background())
+	}, nil
+}
+
+// InstanceKeepEvery is how often the session holding the instance locks
+// is pinged, and replaced when PostgreSQL has ended it (LockInstance).
+const InstanceKeepEvery = time.Second
+
+// ErrLockLost is what LockInstance's onChange gets when the session
+// holding the instance locks is found gone: until they are taken again,
+// DeleteBelow deletes nothing.
+var ErrLockLost = errors.New("postgres: the session holding the instance lock was ended by the database")
+
+// isConflict reports whether err says another process holds the database
+// in a conflicting way.
+func isConflict(err error) bool {
+	return errors.Is(err, ErrInstanceLocked) || errors.Is(err, ErrOtherNamespace) || errors.Is(err, ErrOtherFleet)
+}
+
+// hash32 is the second key of a two-key advisory lock on name.
+func hash32(name string) int32 {
+	h := fnv.New32a()
+	h.Write([]byte(name))
+	return int32(h.Sum32())
+}
+
+// instanceLock is what LockInstance holds: the session with the locks,
+// what it takes, and its keeper.
+type instanceLock struct {
+	db        *DB
+	exclusive bool
+	ns, fleet int32 // the second keys of the namespace and fleet locks
+	hasFleet  bool
+	onChange  func(error)
+	conn      *pgx.Conn    // the keeper's alone after LockInstance returns
+	pid       atomic.Int32 // the backend pid of conn's session, for DeleteBelow
+	stop      chan struct{}
+	done      chan struct{}
+}
+
+// presenceLockKey is a session-level advisory lock every process that
+// takes the instance lock holds shared first, whatever its mode, and keeps
+// even when the instance lock is refused to it by the keeper: so a process
+// with the in-process index sees (deleteGuardSQL) any other process on the
+// database, including one whose lost session could not be taken again
+// because the newcomer took the instance lock exclusively. It shows in
+// pg_locks with classid 0x74657472 and objid 0x613a7072 ("tetra:pr").
+const presenceLockKey int64 = 0x74657472_613a7072
+
+// take takes the locks on conn, without waiting: the presence lock, the
+// instance lock, then (shared index) the namespace and fleet locks, each
+// refused when another session holds one of another name. On a refusal
+// the locks already taken stay held; the caller closes conn or keeps it.
+func (l *instanceLock) take(ctx context.Context, conn *pgx.Conn) error {
+	if _, err := conn.Exec(ctx, `SELECT pg_try_advisory_lock_shared($1)`, presenceLockKey); err != nil {
+		return err
+	}
 	q := `SELECT pg_try_advisory_lock_shared($1)`
-	if exclusive {
+	if l.exclusive {
 		q = `SELECT pg_try_advisory_lock($1)`
 	}
 	var ok bool
 	if err := conn.QueryRow(ctx, q, InstanceLockKey).Scan(&ok); err != nil {
-		conn.Release()
-		return nil, fmt.Errorf("postgres: instance lock: %w", err)
+		return err
 	}
 	if !ok {
-		conn.Release()
-		return nil, ErrInstanceLocked
+		return ErrInstanceLocked
 	}
-	if !exclusive {
-		checks := []struct {
-			class int32
-			name  string
-			err   error
-		}{{namespaceLockClass, namespace, ErrOtherNamespace}, {fleetLockClass, fleet, ErrOtherFleet}}
-		for _, c := range checks {
-			if c.class == fleetLockClass && fleet == "" {
-				continue
-			}
-			others, err := lockSharedAlone(ctx, conn.Conn(), c.class, c.name)
-			if err != nil {
-				conn.Conn().Close(ctx)
-				conn.Release()
-				return nil, fmt.Errorf("postgres: instance lock: %w", err)
-			}
-			if others > 0 {
-				conn.Conn().Close(ctx) // ends the session and its locks
-				conn.Release()
-				return nil, c.err
+	if l.exclusive {
+		// Any other process on the database holds the presence lock, also
+		// one that lost the instance lock to this one (see keep).
+		var others int
+		if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_locks
+			WHERE locktype = 'advisory' AND granted AND objsubid = 1 AND pid <> pg_backend_pid()
+			AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+			AND classid = x'74657472'::int4::oid AND objid = x'613a7072'::int4::oid`).Scan(&others); err != nil {
+			return err
+		}
+		if others > 0 {
+			return ErrInstanceLocked
+		}
+		return nil
+	}
+	checks := []struct {
+		class int32
+		key   int32
+		err   error
+	}{{namespaceLockClass, l.ns, ErrOtherNamespace}, {fleetLockClass, l.fleet, ErrOtherFleet}}
+	for _, c := range checks {
+		if c.class == fleetLockClass && !l.hasFleet {
+			continue
+		}
+		others, err := lockSharedAlone(ctx, conn, c.class, c.key)
+		if err != nil {
+			return err
+		}
+		if others > 0 {
+			return c.err
+		}
+	}
+	return nil
+}
+
+// keep takes the locks again on their session every InstanceKeepEvery
+// until release (which checks the session and the other processes),
+// replaces the session when the database ended it, and reports each
+// change of state.
+func (l *instanceLock) keep() {
+	defer close(l.done)
+	var state error // what onChange was last told; nil: held
+	report := func(s error) {
+		if s != state || (s != nil && state != nil && s.Error() != state.Error()) {
+			state = s
+			if l.onChange != nil {
+				l.onChange(s)
 			}
 		}
 	}
-	// Hijack: the connection (and the lock) leaves the pool for good and
-	// is closed on release, which ends the session and frees the lock.
-	pc := conn.Hijack()
-	return func() { _ = pc.Close(context.Background()) }, nil
+	t := time.NewTicker(InstanceKeepEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-l.stop:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), InstanceKeepEvery+5*time.Second)
+		// Take the locks again on the same session (advisory locks are
+		// reentrant): that checks the session and counts the other
+		// processes, so a newcomer that started while this one's session
+		// was lost learns of the conflict too.
+		if err := l.take(ctx, l.conn); err == nil || isConflict(err) {
+			report(err)
+			cancel()
+			continue
+		}
+		if state == nil {
+			report(ErrLockLost)
+		}
+		conn, err := l.db.pool.Acquire(ctx)
+		if err != nil {
+			cancel()
+			continue // the database does not answer: try again at the next tick
+		}
+		pc := conn.Hijack()
+		err = l.take(ctx, pc)
+		cancel()
+		if err != nil && !isConflict(err) {
+			_ = pc.Close(context.Background())
+			continue
+		}
+		_ = l.conn.Close(context.Background())
+		l.conn = pc
+		l.pid.Store(int32(pc.PgConn().PID()))
+		report(err)
+	}
 }
 
-// lockSharedAlone takes a shared two-key advisory lock (class, hash of
-// name) and counts the sessions holding a lock of that class on another
-// name. Taking first and counting second means two processes starting at
+// deleteGuardSQL is true while the session $1 holds the instance lock
+// and, with the in-process index ($2), no other session on this database
+// holds the presence lock, or, with a shared one, no session on this
+// database holds a namespace lock ($3, objid $4) or fleet lock ($5, objid
+// $6, when $7) of another name. DeleteBelow deletes only when it is (see
+// LockInstance).
+const deleteGuardSQL = `(SELECT EXISTS (SELECT 1 FROM pg_locks
+		WHERE locktype = 'advisory' AND granted AND pid = $1::int4 AND objsubid = 1
+		AND classid = ` + "x'74657472'" + `::int4::oid AND objid = ` + "x'613a696e'" + `::int4::oid)
+	AND CASE WHEN $2::bool THEN NOT EXISTS (SELECT 1 FROM pg_locks
+		WHERE locktype = 'advisory' AND granted AND objsubid = 1 AND pid <> $1::int4
+		AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+		AND classid = ` + "x'74657472'" + `::int4::oid AND objid = ` + "x'613a7072'" + `::int4::oid)
+	ELSE NOT EXISTS (SELECT 1 FROM pg_locks
+		WHERE locktype = 'advisory' AND granted AND objsubid = 2
+		AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+		AND ((classid = $3::int4::oid AND objid <> ($4::int4::bigint & 4294967295)::oid)
+		  OR ($7::bool AND classid = $5::int4::oid AND objid <> ($6::int4::bigint & 4294967295)::oid))) END)`
+
+// guardArgs are deleteGuardSQL's $1 to $7 for l.
+func (l *instanceLock) guardArgs() []any {
+	return []any{l.pid.Load(), l.exclusive, namespaceLockClass, l.ns, fleetLockClass, l.fleet, l.hasFleet}
+}
+
+// lockSharedAlone takes a shared two-key advisory lock (class, key: the
+// hash32 of a name) and counts the sessions holding a lock of that class
+// on another key. Taking first and counting second means two processes starting at
 // once with different names see each other (both are refused, and
 // whichever restarts first wins), never neither.
-func lockSharedAlone(ctx context.Context, conn *pgx.Conn, class int32, name string) (others int, err error) {
-	h := fnv.New32a()
-	h.Write([]byte(name))
-	key := int32(h.Sum32())
+func lockSharedAlone(ctx context.Context, conn *pgx.Conn, class, key int32) (others int, err error) {
 	var ok bool
 	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock_shared($1::int4, $2::int4)`, class, key).Scan(&ok); err != nil {
 		return 0, err
@@ -156,9 +331,11 @@ const codeLockNotAvailable = "55P03"
 // closing its connections): the caller waits for the record to lapse, as
 // without this lock. Errors (the database does not answer) mean neither.
 //
-// Like LockInstance, the lock guards starts: if PostgreSQL drops the
-// holder's session while the holder lives on, a later process with the
-// same owner name can take it.
+// Unlike LockInstance's, this lock guards starts only: if PostgreSQL drops
+// the holder's session while the holder lives on, a later process with the
+// same owner name can take it (it then takes the owner record over, and
+// the running process, finding its record taken, closes its connections:
+// its clients reconnect and recover from history).
 func (db *DB) LockOwner(ctx context.Context, namespace, owner string, wait time.Duration) (taken bool, release func(), err error) {
 	conn, err := db.pool.Acquire(ctx)
 	if err != nil {

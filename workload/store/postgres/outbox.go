@@ -104,16 +104,35 @@ func (db *DB) Scan(ctx context.Context, partition int32, after int64, limit int)
 // DeleteBelow deletes every outbox row with position below pos (a prefix)
 // with one statement and returns how many it deleted. Positions are never
 // reused afterwards. A partition other than 0 is an error; store failures
-// wrap outbox.ErrUnavailable and delete nothing.
+// wrap outbox.ErrUnavailable and delete nothing. While the process holds
+// the instance lock (LockInstance), the statement deletes only if the
+// lock's session still holds it and no process of another namespace or
+// fleet uses the database; otherwise it deletes nothing and the error
+// wraps outbox.ErrUnavailable and ErrLockLost.
 func (db *DB) DeleteBelow(ctx context.Context, partition int32, pos int64) (int64, error) {
 	if err := checkPartition("delete", partition); err != nil {
 		return 0, err
 	}
-	tag, err := db.pool.Exec(ctx, `DELETE FROM outbox WHERE id < $1`, pos)
+	l := db.inst.Load()
+	if l == nil {
+		tag, err := db.pool.Exec(ctx, `DELETE FROM outbox WHERE id < $1`, pos)
+		if err != nil {
+			return 0, logUnavailable("delete", err)
+		}
+		return tag.RowsAffected(), nil
+	}
+	var ok bool
+	var n int64
+	err := db.pool.QueryRow(ctx, `WITH g AS (SELECT `+deleteGuardSQL+` AS ok),
+		d AS (DELETE FROM outbox WHERE id < $8 AND (SELECT ok FROM g) RETURNING 1)
+		SELECT (SELECT ok FROM g), (SELECT count(*) FROM d)`, append(l.guardArgs(), pos)...).Scan(&ok, &n)
 	if err != nil {
 		return 0, logUnavailable("delete", err)
 	}
-	return tag.RowsAffected(), nil
+	if !ok {
+		return 0, logUnavailable("delete", fmt.Errorf("%w, or another tetra process of another --index-prefix or fleet uses the database: deleting nothing until the lock is held alone again", ErrLockLost))
+	}
+	return n, nil
 }
 
 // Stats returns, from one statement, the number of rows present (an exact

@@ -65,6 +65,9 @@ type DB struct {
 	// readFirst counts the Commits left that read before they write,
 	// after an optimistic attempt lost its bet (see DB.Commit).
 	readFirst atomic.Int32
+	// inst is the instance lock LockInstance holds, nil when none: while
+	// it is set, DeleteBelow deletes only under deleteGuardSQL.
+	inst atomic.Pointer[instanceLock]
 
 	closeOnce sync.Once
 }

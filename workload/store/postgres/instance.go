@@ -65,7 +65,9 @@ const namespaceLockClass int32 = 0x74657470
 // The locks last as long as their session, and PostgreSQL can end it
 // while the process lives on (pg_terminate_backend, a restart, a
 // failover): a process that started in that gap would pass the checks
-// above. So the locks are kept, not only taken: every InstanceKeepEvery
+// above. So LockInstance checks twice, 2 x InstanceKeepEvery apart
+// (a start takes half a second longer), and the locks are kept, not only
+// taken: every InstanceKeepEvery
 // they are taken again on their session, which checks it and counts the
 // other processes; a lost session is replaced and the locks taken again
 // (a conflict found then is kept, the locks this process could take stay
@@ -97,6 +99,24 @@ func (db *DB) LockInstance(ctx context.Context, exclusive bool, namespace, fleet
 		}
 		return nil, fmt.Errorf("postgres: instance lock: %w", err)
 	}
+	// A process whose session the database has just ended takes its locks
+	// again within InstanceKeepEvery (keep): look again after twice that,
+	// so a process started in that gap is refused at start too.
+	if settle := db.lockSettle(); settle > 0 {
+		select {
+		case <-ctx.Done():
+			_ = pc.Close(context.Background())
+			return nil, fmt.Errorf("postgres: instance lock: %w", ctx.Err())
+		case <-time.After(settle):
+		}
+		if err := l.take(ctx, pc); err != nil {
+			_ = pc.Close(context.Background())
+			if isConflict(err) {
+				return nil, err
+			}
+			return nil, fmt.Errorf("postgres: instance lock: %w", err)
+		}
+	}
 	l.conn = pc
 	l.pid.Store(int32(pc.PgConn().PID()))
 	db.inst.Store(l)
@@ -109,9 +129,19 @@ func (db *DB) LockInstance(ctx context.Context, exclusive bool, namespace, fleet
 	}, nil
 }
 
-// InstanceKeepEvery is how often the session holding the instance locks
-// is pinged, and replaced when PostgreSQL has ended it (LockInstance).
-const InstanceKeepEvery = time.Second
+// InstanceKeepEvery is how often the instance locks are taken again on
+// their session, which is replaced when PostgreSQL has ended it
+// (LockInstance).
+const InstanceKeepEvery = 250 * time.Millisecond
+
+// lockSettle is how long LockInstance waits before it checks the locks a
+// second time: 2 x InstanceKeepEvery, unless a test set settleOff.
+func (db *DB) lockSettle() time.Duration {
+	if db.settleOff {
+		return 0
+	}
+	return 2 * InstanceKeepEvery
+}
 
 // ErrLockLost is what LockInstance's onChange gets when the session
 // holding the instance locks is found gone: until they are taken again,
@@ -146,11 +176,10 @@ type instanceLock struct {
 }
 
 // presenceLockKey is a session-level advisory lock every process that
-// takes the instance lock holds shared first, whatever its mode, and keeps
-// even when the instance lock is refused to it by the keeper: so a process
-// with the in-process index sees (deleteGuardSQL) any other process on the
-// database, including one whose lost session could not be taken again
-// because the newcomer took the instance lock exclusively. It shows in
+// takes the instance lock holds shared, whatever its mode, and keeps even
+// when the keeper finds the instance lock refused to it: so any other
+// process sees it (take, deleteGuardSQL), including one that took the
+// instance lock while this process's session was lost. It shows in
 // pg_locks with classid 0x74657472 and objid 0x613a7072 ("tetra:pr").
 const presenceLockKey int64 = 0x74657472_613a7072
 
@@ -159,33 +188,37 @@ const presenceLockKey int64 = 0x74657472_613a7072
 // refused when another session holds one of another name. On a refusal
 // the locks already taken stay held; the caller closes conn or keeps it.
 func (l *instanceLock) take(ctx context.Context, conn *pgx.Conn) error {
-	if _, err := conn.Exec(ctx, `SELECT pg_try_advisory_lock_shared($1)`, presenceLockKey); err != nil {
-		return err
-	}
-	q := `SELECT pg_try_advisory_lock_shared($1)`
+	q := `SELECT pg_try_advisory_lock_shared($1), pg_try_advisory_lock_shared($2)`
 	if l.exclusive {
-		q = `SELECT pg_try_advisory_lock($1)`
+		q = `SELECT pg_try_advisory_lock($1), pg_try_advisory_lock_shared($2)`
 	}
-	var ok bool
-	if err := conn.QueryRow(ctx, q, InstanceLockKey).Scan(&ok); err != nil {
+	var ok, present bool
+	if err := conn.QueryRow(ctx, q, InstanceLockKey, presenceLockKey).Scan(&ok, &present); err != nil {
 		return err
 	}
 	if !ok {
 		return ErrInstanceLocked
 	}
+	// Another process on the database that the instance lock does not
+	// show: with the in-process index, any other holder of the presence
+	// lock; with a shared index, one that holds it without the instance
+	// lock in shared mode (an in-process index that lost its instance
+	// lock to this process, see keep).
+	var others int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_locks AS p
+		WHERE p.locktype = 'advisory' AND p.granted AND p.objsubid = 1 AND p.pid <> pg_backend_pid()
+		AND p.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+		AND p.classid = x'74657472'::int4::oid AND p.objid = x'613a7072'::int4::oid
+		AND ($1::bool OR NOT EXISTS (SELECT 1 FROM pg_locks AS i
+			WHERE i.locktype = 'advisory' AND i.granted AND i.pid = p.pid AND i.objsubid = 1
+			AND i.classid = x'74657472'::int4::oid AND i.objid = x'613a696e'::int4::oid AND i.mode = 'ShareLock'))`,
+		l.exclusive).Scan(&others); err != nil {
+		return err
+	}
+	if others > 0 {
+		return ErrInstanceLocked
+	}
 	if l.exclusive {
-		// Any other process on the database holds the presence lock, also
-		// one that lost the instance lock to this one (see keep).
-		var others int
-		if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_locks
-			WHERE locktype = 'advisory' AND granted AND objsubid = 1 AND pid <> pg_backend_pid()
-			AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
-			AND classid = x'74657472'::int4::oid AND objid = x'613a7072'::int4::oid`).Scan(&others); err != nil {
-			return err
-		}
-		if others > 0 {
-			return ErrInstanceLocked
-		}
 		return nil
 	}
 	checks := []struct {
@@ -241,6 +274,10 @@ func (l *instanceLock) keep() {
 			cancel()
 			continue
 		}
+		if !l.conn.IsClosed() && l.conn.Ping(ctx) == nil {
+			cancel()
+			continue // a slow or failed statement on a live session: keep it
+		}
 		if state == nil {
 			report(ErrLockLost)
 		}
@@ -263,19 +300,24 @@ func (l *instanceLock) keep() {
 	}
 }
 
-// deleteGuardSQL is true while the session $1 holds the instance lock
-// and, with the in-process index ($2), no other session on this database
-// holds the presence lock, or, with a shared one, no session on this
+// deleteGuardSQL is true while the session $1 holds the instance lock,
+// no other session on this database holds the presence lock (with the
+// in-process index, $2) or holds it without the instance lock in shared
+// mode (with a shared one), and, with a shared index, no session on this
 // database holds a namespace lock ($3, objid $4) or fleet lock ($5, objid
 // $6, when $7) of another name. DeleteBelow deletes only when it is (see
 // LockInstance).
 const deleteGuardSQL = `(SELECT EXISTS (SELECT 1 FROM pg_locks
 		WHERE locktype = 'advisory' AND granted AND pid = $1::int4 AND objsubid = 1
 		AND classid = ` + "x'74657472'" + `::int4::oid AND objid = ` + "x'613a696e'" + `::int4::oid)
-	AND CASE WHEN $2::bool THEN NOT EXISTS (SELECT 1 FROM pg_locks
-		WHERE locktype = 'advisory' AND granted AND objsubid = 1 AND pid <> $1::int4
-		AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
-		AND classid = ` + "x'74657472'" + `::int4::oid AND objid = ` + "x'613a7072'" + `::int4::oid)
+	AND NOT EXISTS (SELECT 1 FROM pg_locks AS p
+		WHERE p.locktype = 'advisory' AND p.granted AND p.objsubid = 1 AND p.pid <> $1::int4
+		AND p.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+		AND p.classid = ` + "x'74657472'" + `::int4::oid AND p.objid = ` + "x'613a7072'" + `::int4::oid
+		AND ($2::bool OR NOT EXISTS (SELECT 1 FROM pg_locks AS i
+			WHERE i.locktype = 'advisory' AND i.granted AND i.pid = p.pid AND i.objsubid = 1
+			AND i.classid = ` + "x'74657472'" + `::int4::oid AND i.objid = ` + "x'613a696e'" + `::int4::oid AND i.mode = 'ShareLock')))
+	AND CASE WHEN $2::bool THEN true
 	ELSE NOT EXISTS (SELECT 1 FROM pg_locks
 		WHERE locktype = 'advisory' AND granted AND objsubid = 2
 		AND database = (SELECT oid FROM pg_database WHERE datname = current_database())

@@ -17,6 +17,8 @@ import (
 // gone, takes its locks again and finds the other one; from then on
 // neither process's DeleteBelow deletes anything (each would delete rows
 // the other's clients have not acknowledged), until the newcomer stops.
+// A newcomer is refused at start by its second look; one that skips it
+// (as when the first process's keeper is late) runs into the guard.
 // Without the guard in DeleteBelow the newcomer deletes every row. Both
 // modes: a shared index met by one of another namespace, and an
 // in-process index met by another in-process one (which takes the
@@ -25,23 +27,30 @@ import (
 func TestInstanceLockKeptAcrossEndedSession(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		name      string
-		exclusive bool
-		conflict  error
-	}{{"shared", false, ErrOtherNamespace}, {"exclusive", true, ErrInstanceLocked}} {
+		name       string
+		aExclusive bool // the first process's index is in process
+		bExclusive bool // the newcomer's
+		conflict   error
+	}{
+		{"shared then shared", false, false, ErrOtherNamespace},
+		{"in-process then in-process", true, true, ErrInstanceLocked},
+		{"in-process then shared", true, false, ErrInstanceLocked},
+		{"shared then in-process", false, true, ErrInstanceLocked},
+	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			testInstanceLockKept(t, tc.exclusive, tc.conflict)
+			testInstanceLockKept(t, tc.aExclusive, tc.bExclusive, tc.conflict)
 		})
 	}
 }
 
-func testInstanceLockKept(t *testing.T, exclusive bool, conflict error) {
+func testInstanceLockKept(t *testing.T, exclusive, bExclusive bool, conflict error) {
 	ctx := t.Context()
 	a := newDB(t)
 	var mu sync.Mutex
 	var states []error
 	changed := make(chan struct{}, 16)
+	a.settleOff = true // only the newcomer's start is under test
 	relA, err := a.LockInstance(ctx, exclusive, "ns-a:", "fleet-a", func(s error) {
 		mu.Lock()
 		states = append(states, s)
@@ -84,10 +93,29 @@ func testInstanceLockKept(t *testing.T, exclusive bool, conflict error) {
 		t.Fatal(err)
 	}
 	b := openDB(t, a.cfg)
+	if rel, err := b.LockInstance(ctx, bExclusive, "ns-b:", "fleet-b", nil); !isConflict(err) {
+		if err == nil {
+			rel()
+		}
+		t.Fatalf("the newcomer's LockInstance in the gap = %v; want a conflict (its second look sees the first process's locks, taken again)", err)
+	}
+	// A newcomer that started before the first process took its locks
+	// again (its second look skipped, as when the keeper is late):
+	b.settleOff = true
 	bConflict := make(chan error, 16)
-	relB, err := b.LockInstance(ctx, exclusive, "ns-b:", "fleet-b", func(s error) { bConflict <- s })
-	if err != nil {
-		t.Fatalf("the newcomer's LockInstance in the gap = %v; want it to pass (the lock is gone)", err)
+	var relB func()
+	for try := 0; ; try++ { // the gap is one keeper tick at most: end the session again until b lands in it
+		if _, err := a.pool.Exec(ctx, `SELECT pg_terminate_backend($1)`, a.inst.Load().pid.Load()); err != nil {
+			t.Fatal(err)
+		}
+		relB, err = b.LockInstance(ctx, bExclusive, "ns-b:", "fleet-b", func(s error) { bConflict <- s })
+		if err == nil {
+			break
+		}
+		if !isConflict(err) || try == 20 {
+			t.Fatalf("the newcomer's LockInstance (no second look) in the gap = %v after %d tries; want it to pass", err, try+1)
+		}
+		time.Sleep(3 * InstanceKeepEvery) // a has its locks again
 	}
 	waitState(conflict)
 	select {

@@ -68,6 +68,9 @@ type DB struct {
 	// inst is the instance lock LockInstance holds, nil when none: while
 	// it is set, DeleteBelow deletes only under deleteGuardSQL.
 	inst atomic.Pointer[instanceLock]
+	// settleOff skips LockInstance's second look (tests that need a
+	// process started in the gap).
+	settleOff bool
 
 	closeOnce sync.Once
 }

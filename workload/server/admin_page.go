@@ -82,8 +82,12 @@ func (s *Server) adminPageRoutes(mux *http.ServeMux) {
 	mux.Handle("GET "+admin.StylePath, page)
 	ring := s.series
 	mux.HandleFunc("GET /admin/series", s.adminOnly(func(w http.ResponseWriter, r *http.Request) {
+		q, ok := queryValues(w, r)
+		if !ok {
+			return
+		}
 		minutes := 10.0
-		if v := r.URL.Query().Get("minutes"); v != "" {
+		if v := q.Get("minutes"); v != "" {
 			f, err := strconv.ParseFloat(v, 64)
 			if err != nil || f <= 0 {
 				writeError(w, protocol.CodeInvalid, "minutes must be a positive number")

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -257,11 +258,15 @@ func (s *Server) handleCreateChat(w http.ResponseWriter, r *http.Request, user s
 // capped at history.MaxListLimit; nextCursor is present while more follow.
 // A cursor this server did not give is 400 invalid.
 func (s *Server) handleListChats(w http.ResponseWriter, r *http.Request, user string) {
-	limit, ok := queryLimit(w, r, history.DefaultListLimit, history.MaxListLimit)
+	q, ok := queryValues(w, r)
 	if !ok {
 		return
 	}
-	chats, next, err := s.store.ChatList(r.Context(), user, r.URL.Query().Get("cursor"), limit)
+	limit, ok := queryLimit(w, q, history.DefaultListLimit, history.MaxListLimit)
+	if !ok {
+		return
+	}
+	chats, next, err := s.store.ChatList(r.Context(), user, q.Get("cursor"), limit)
 	if err != nil {
 		writeStoreError(w, err)
 		return
@@ -430,8 +435,11 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request, user str
 		writeError(w, protocol.CodeInvalid, "chatId must be 1..128 bytes of valid UTF-8 without U+0000")
 		return
 	}
-	q := r.URL.Query()
-	limit, ok := queryLimit(w, r, DefaultPageLimit, MaxPageLimit)
+	q, ok := queryValues(w, r)
+	if !ok {
+		return
+	}
+	limit, ok := queryLimit(w, q, DefaultPageLimit, MaxPageLimit)
 	if !ok {
 		return
 	}
@@ -466,11 +474,37 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request, user str
 // wireMessage is m as history pages show it (PROTOCOL.md §4).
 func wireMessage(m history.Message) protocol.Message { return delivery.WireMessage(m, "") }
 
-// queryLimit reads the limit query parameter: def when absent, capped at
-// max (a huge limit is capped, not refused); anything but a positive
-// integer is answered 400 invalid and ok is false.
-func queryLimit(w http.ResponseWriter, r *http.Request, def, max int) (int, bool) {
-	v := r.URL.Query().Get("limit")
+// queryValues parses r's query string strictly. r.URL.Query() drops every
+// pair that fails to parse (a bad percent-escape such as cursor=%%%, a
+// semicolon separator) without a word, so a malformed cursor or limit
+// would be read as absent and answered with the first page; here a query
+// string url.ParseQuery refuses is answered 400 invalid, as a bad cursor
+// is (PROTOCOL.md §2: bad input gets 400), and ok is false. Every handler
+// that reads query parameters reads them through it.
+func queryValues(w http.ResponseWriter, r *http.Request) (url.Values, bool) {
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		writeError(w, protocol.CodeInvalid, "malformed query string: "+err.Error())
+		return nil, false
+	}
+	return q, true
+}
+
+// strictQuery is h behind queryValues, for handlers that read the query
+// themselves (net/http/pprof's, pprof.go).
+func strictQuery(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if _, ok := queryValues(w, r); ok {
+			h(w, r)
+		}
+	}
+}
+
+// queryLimit reads the limit query parameter of q (from queryValues): def
+// when absent, capped at max (a huge limit is capped, not refused);
+// anything but a positive integer is answered 400 invalid and ok is false.
+func queryLimit(w http.ResponseWriter, q url.Values, def, max int) (int, bool) {
+	v := q.Get("limit")
 	if v == "" {
 		return def, true
 	}

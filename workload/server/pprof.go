@@ -14,11 +14,13 @@ import (
 //	go tool pprof -top cpu.pprof
 //
 // Profiles: profile (CPU, ?seconds=), heap, allocs, goroutine, block,
-// mutex, threadcreate, trace (?seconds=); /debug/pprof/ lists them.
+// mutex, threadcreate, trace (?seconds=); /debug/pprof/ lists them. A
+// query string that does not parse is 400 invalid (strictQuery), not a
+// default ?seconds= the handler would fall back to.
 func (s *Server) pprofRoutes(mux *http.ServeMux) {
-	mux.HandleFunc("GET /debug/pprof/", s.adminOnly(pprof.Index))
-	mux.HandleFunc("GET /debug/pprof/cmdline", s.adminOnly(pprof.Cmdline))
-	mux.HandleFunc("GET /debug/pprof/profile", s.adminOnly(pprof.Profile))
-	mux.HandleFunc("GET /debug/pprof/symbol", s.adminOnly(pprof.Symbol))
-	mux.HandleFunc("GET /debug/pprof/trace", s.adminOnly(pprof.Trace))
+	mux.HandleFunc("GET /debug/pprof/", s.adminOnly(strictQuery(pprof.Index)))
+	mux.HandleFunc("GET /debug/pprof/cmdline", s.adminOnly(strictQuery(pprof.Cmdline)))
+	mux.HandleFunc("GET /debug/pprof/profile", s.adminOnly(strictQuery(pprof.Profile)))
+	mux.HandleFunc("GET /debug/pprof/symbol", s.adminOnly(strictQuery(pprof.Symbol)))
+	mux.HandleFunc("GET /debug/pprof/trace", s.adminOnly(strictQuery(pprof.Trace)))
 }

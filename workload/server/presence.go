@@ -240,11 +240,16 @@ func presenceUsers(q url.Values) (names []string, msg string) {
 // The users are presenceUsers' list: one users parameter is a
 // comma-separated list (§7.4); users repeated is one user id per value,
 // taken whole, so an id holding a comma (user ids may, PROTOCOL.md §1)
-// can be asked for. 400 for no users, more than MaxPresenceUsers, a name
-// that is no user id, or any other query parameter (strict as bodies are,
-// PROTOCOL.md §7.7); 503 when the store or the record is unavailable.
+// can be asked for. 400 for a query string that does not parse
+// (queryValues), no users, more than MaxPresenceUsers, a name that is no
+// user id, or any other query parameter (strict as bodies are, PROTOCOL.md
+// §7.7); 503 when the store or the record is unavailable.
 func (s *Server) handlePresence(w http.ResponseWriter, r *http.Request, user string) {
-	names, msg := presenceUsers(r.URL.Query())
+	q, ok := queryValues(w, r)
+	if !ok {
+		return
+	}
+	names, msg := presenceUsers(q)
 	if msg != "" {
 		writeError(w, protocol.CodeInvalid, msg)
 		return

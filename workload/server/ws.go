@@ -45,16 +45,22 @@ func (s *Server) handleWS(w http.ResponseWriter, r *http.Request) {
 		writeError(w, protocol.CodeUnavailable, "server shutting down")
 		return
 	}
+	// The query is parsed strictly first: the token may be in it, and a
+	// device dropped by a lenient parse would silently become "default".
+	q, ok := queryValues(w, r)
+	if !ok {
+		return
+	}
 	token := bearer(r)
 	if token == "" {
-		token = r.URL.Query().Get("token")
+		token = q.Get("token")
 	}
 	user, exp, err := s.signer.VerifyExpiry(token)
 	if err != nil {
 		writeError(w, protocol.CodeUnauthorized, "missing, malformed, expired or wrongly signed token")
 		return
 	}
-	device := r.URL.Query().Get("device")
+	device := q.Get("device")
 	if device == "" {
 		device = "default"
 	}

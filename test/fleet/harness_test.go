@@ -149,6 +149,13 @@ func (p *proc) signal(sig syscall.Signal) {
 	}
 }
 
+// outboxRows is the outbox's rows as a table (id, recipient, history_id):
+// the recipients of every record (schema 8) at their positions, less those
+// under the line.
+const outboxRows = `(SELECT o.id - o.n + r.ord AS id, r.recipient, o.history_id
+	FROM outbox_messages AS o CROSS JOIN LATERAL unnest(o.recipients) WITH ORDINALITY AS r(recipient, ord)
+	WHERE o.id - o.n + r.ord >= (SELECT below FROM outbox_line WHERE id = 1))`
+
 // outboxCount counts outbox rows; with recipients, only theirs.
 func (f *fleet) outboxCount(recipients ...string) int {
 	f.t.Helper()
@@ -157,9 +164,9 @@ func (f *fleet) outboxCount(recipients ...string) int {
 	var n int
 	var err error
 	if len(recipients) == 0 {
-		err = f.db.QueryRow(ctx, "SELECT count(*) FROM outbox").Scan(&n)
+		err = f.db.QueryRow(ctx, "SELECT count(*) FROM "+outboxRows+" AS o").Scan(&n)
 	} else {
-		err = f.db.QueryRow(ctx, "SELECT count(*) FROM outbox WHERE recipient = ANY($1)", recipients).Scan(&n)
+		err = f.db.QueryRow(ctx, "SELECT count(*) FROM "+outboxRows+" AS o WHERE recipient = ANY($1)", recipients).Scan(&n)
 	}
 	if err != nil {
 		f.t.Fatalf("count outbox: %v", err)
@@ -178,7 +185,7 @@ func (f *fleet) holders() string {
 	var b strings.Builder
 	var low int64
 	var rcpt string
-	if err := f.db.QueryRow(ctx, "SELECT id, recipient FROM outbox ORDER BY id LIMIT 1").Scan(&low, &rcpt); err == nil {
+	if err := f.db.QueryRow(ctx, "SELECT id, recipient FROM "+outboxRows+" AS o ORDER BY id LIMIT 1").Scan(&low, &rcpt); err == nil {
 		fmt.Fprintf(&b, "lowest outbox row %d (recipient %s); ", low, rcpt)
 	}
 	pins, _ := f.rdb.ZRangeWithScores(ctx, f.prefix+"pins:0", 0, 4).Result()
@@ -209,7 +216,7 @@ func (f *fleet) outboxIDs(recipients ...string) []int64 {
 	f.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	rows, err := f.db.Query(ctx, "SELECT id FROM outbox WHERE recipient = ANY($1) ORDER BY id", recipients)
+	rows, err := f.db.Query(ctx, "SELECT id FROM "+outboxRows+" AS o WHERE recipient = ANY($1) ORDER BY id", recipients)
 	if err != nil {
 		f.t.Fatalf("outbox ids: %v", err)
 	}
@@ -227,7 +234,7 @@ func (f *fleet) outboxRowsOf(messageIDs, recipients []string) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var n int
-	err := f.db.QueryRow(ctx, `SELECT count(*) FROM outbox o JOIN history h ON h.id = o.history_id
+	err := f.db.QueryRow(ctx, `SELECT count(*) FROM `+outboxRows+` AS o JOIN history h ON h.id = o.history_id
 		WHERE h.message_id = ANY($1) AND o.recipient = ANY($2)`, messageIDs, recipients).Scan(&n)
 	if err != nil {
 		f.t.Fatalf("count outbox rows of messages: %v", err)
@@ -241,7 +248,7 @@ func (f *fleet) countOf(ids []int64) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var n int
-	if err := f.db.QueryRow(ctx, "SELECT count(*) FROM outbox WHERE id = ANY($1)", ids).Scan(&n); err != nil {
+	if err := f.db.QueryRow(ctx, "SELECT count(*) FROM "+outboxRows+" AS o WHERE id = ANY($1)", ids).Scan(&n); err != nil {
 		f.t.Fatalf("count outbox ids: %v", err)
 	}
 	return n

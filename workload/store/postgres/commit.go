@@ -1,7 +1,6 @@
 package postgres
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -35,7 +34,8 @@ const maxCommitAttempts = 8
 // sender outside the chat ErrNotMember, a message id already used
 // ErrInvalid; otherwise the history row is inserted (its id is the Seq) and,
 // when Config.Outbox is on, one outbox row per member in member order (the
-// sender included), each CreatedAt the commit time. Per-draft errors store
+// sender included; one record holds them, at consecutive positions), each
+// CreatedAt the commit time. Per-draft errors store
 // nothing for that draft and do not fail the batch. Any other failure rolls
 // the whole batch back and returns an error wrapping history.ErrUnavailable.
 // Results carry SentAt in UTC as stored. An empty batch returns an empty
@@ -386,29 +386,44 @@ func collectMemberRows(rows pgx.Rows, into map[string][]string) error {
 	return rows.Err()
 }
 
-// insertSQL inserts the planned history rows and their outbox rows in one
-// statement, in draft order and, within a message, in member order, so ids
-// grow in that order (volatile defaults are evaluated after the ORDER BY).
-// Nothing is inserted when the membership epoch is no longer $8. The
-// result lists kind 0 (history id, message id), kind 1 (outbox id,
-// recipient, history id) and kind 2 (the current epoch).
+// insertSQL inserts the planned history rows and one outbox record per
+// message (schema 8, migration 0008_outbox_messages.sql) in one statement,
+// in draft order, so history ids grow in that order (volatile defaults are
+// evaluated after the ORDER BY). $9 holds each message's number of
+// recipients and $10 the running total up to and including it, over the
+// recipients of the whole batch listed in $11 (message after message,
+// each in member order), so a record's rows take the positions head + $10
+// - $9 + 1 .. head + $10, its id the last, where head is outbox_id_seq's
+// value. The statement runs under the append lock, so no other
+// transaction draws meanwhile, and moves the sequence to the batch's last
+// position with one setval (not undone by a rollback: a failed commit
+// leaves a gap, never a reused position). outbox_line.depth goes up by the
+// rows added. Nothing is inserted when the membership epoch is no longer
+// $8. The result lists kind 0 (history id, message id), kind 1 (record id,
+// history id), kind 2 (the current epoch) and kind 3 (the head set).
 const insertSQL = `WITH d AS (
-		SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::bigint[])
-			WITH ORDINALITY AS x(message_id, chat_id, sender_id, sender_device, correlation_id, body, sent_at, ord)
+		SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::bigint[],
+			$9::int[], $10::bigint[])
+			WITH ORDINALITY AS x(message_id, chat_id, sender_id, sender_device, correlation_id, body, sent_at, n, upto, ord)
 		WHERE (SELECT epoch FROM membership_epoch WHERE id = 1) = $8
 	), h AS (
 		INSERT INTO history (message_id, chat_id, sender_id, sender_device, correlation_id, body, sent_at)
 		SELECT message_id, chat_id, sender_id, sender_device, correlation_id, body, sent_at FROM d ORDER BY ord
 		RETURNING id, message_id
+	), s AS (
+		` + headSQL + `
 	), o AS (
-		INSERT INTO outbox (recipient, history_id, created_at)
-		SELECT r.recipient, h.id, $11 FROM unnest($9::text[], $10::text[]) WITH ORDINALITY AS r(message_id, recipient, ord)
-		JOIN h ON h.message_id = r.message_id ORDER BY r.ord
-		RETURNING id, recipient, history_id
+		INSERT INTO outbox_messages (id, history_id, recipients, n, created_at)
+		SELECT (SELECT * FROM s) + d.upto, h.id, ($11::text[])[d.upto - d.n + 1 : d.upto], d.n, $12
+		FROM d JOIN h ON h.message_id = d.message_id
+		RETURNING id, n, history_id
+	), l AS (
+		UPDATE outbox_line SET depth = depth + (SELECT sum(n) FROM o) WHERE id = 1 AND EXISTS (SELECT 1 FROM o)
 	)
 	SELECT 0, id, message_id, 0::bigint FROM h
-	UNION ALL SELECT 1, id, recipient, history_id FROM o
-	UNION ALL SELECT 2, epoch, '', 0 FROM membership_epoch WHERE id = 1`
+	UNION ALL SELECT 1, id, '', history_id FROM o
+	UNION ALL SELECT 2, epoch, '', 0 FROM membership_epoch WHERE id = 1
+	UNION ALL SELECT 3, setval('outbox_id_seq', max(id)), '', 0 FROM o HAVING count(*) > 0`
 
 // insertHistorySQL is insertSQL without outbox rows (Config.Outbox off):
 // the same parameters $1 to $8.
@@ -439,16 +454,26 @@ func (r *commitRun) write(ctx context.Context, conn *pgxpool.Conn, hooks *commit
 	correlations := make([]string, n)
 	bodies := make([]string, n)
 	sentAts := make([]int64, n)
-	var rMessages, rRecipients []string
+	// With the outbox: each message's recipient count, the running total
+	// and every recipient, message after message (insertSQL).
+	var counts []int32
+	var upto []int64
+	var recipients []string
+	if r.db.cfg.Outbox {
+		counts, upto = make([]int32, n), make([]int64, n)
+	}
 	for j, i := range inserts {
 		m := results[i].Message
 		messageIDs[j], chatIDs[j], senders[j], devices[j] = m.ID, m.ChatID, m.SenderID, m.SenderDevice
 		correlations[j], bodies[j], sentAts[j] = m.CorrelationID, m.Body, nanos(m.SentAt)
 		if r.db.cfg.Outbox {
-			for _, member := range results[i].Members {
-				rMessages = append(rMessages, m.ID)
-				rRecipients = append(rRecipients, member)
+			members := results[i].Members
+			if len(members) == 0 {
+				// A sender is a member (CommitPlan.Decide).
+				return false, unavailable("commit", fmt.Errorf("message %s has no members", m.ID))
 			}
+			recipients = append(recipients, members...)
+			counts[j], upto[j] = int32(len(members)), int64(len(recipients))
 		}
 	}
 	createdAt := nanos(time.Now())
@@ -460,7 +485,7 @@ func (r *commitRun) write(ctx context.Context, conn *pgxpool.Conn, hooks *commit
 	b.Queue(`SELECT pg_advisory_xact_lock($1)`, AppendLockKey)
 	if r.db.cfg.Outbox {
 		b.Queue(insertSQL, messageIDs, chatIDs, senders, devices, correlations, bodies, sentAts, r.epoch,
-			rMessages, rRecipients, createdAt)
+			counts, upto, recipients, createdAt)
 	} else {
 		b.Queue(insertHistorySQL, messageIDs, chatIDs, senders, devices, correlations, bodies, sentAts, r.epoch)
 	}
@@ -525,17 +550,24 @@ func (r *commitRun) write(ctx context.Context, conn *pgxpool.Conn, hooks *commit
 	}
 
 	seq := map[string]int64{}
-	deliveries := map[int64][]history.Delivery{}
+	records := map[int64]int64{} // history id -> its record's id
+	var lastRecord, head int64
 	epoch := int64(-1)
 	for _, o := range outs {
 		switch o.kind {
 		case 0:
 			seq[o.text] = o.id
 		case 1:
-			deliveries[o.ref] = append(deliveries[o.ref], history.Delivery{Recipient: o.text, Partition: Partition, Pos: o.id})
+			records[o.ref] = o.id
+			lastRecord = max(lastRecord, o.id)
 		case 2:
 			epoch = o.id
+		case 3:
+			head = o.id
 		}
+	}
+	if head != lastRecord {
+		return false, unavailable("commit", fmt.Errorf("the outbox head was set to %d, the last record is %d", head, lastRecord))
 	}
 	if epoch != r.epoch {
 		// Members were added since the lists were read: nothing was
@@ -553,10 +585,16 @@ func (r *commitRun) write(ctx context.Context, conn *pgxpool.Conn, hooks *commit
 		sq := seq[res.Message.ID]
 		var ds []history.Delivery
 		if r.db.cfg.Outbox {
-			ds = deliveries[sq]
-			slices.SortFunc(ds, func(a, b history.Delivery) int { return cmp.Compare(a.Pos, b.Pos) })
-			if len(ds) != len(res.Members) {
-				return false, unavailable("commit", fmt.Errorf("message %s: %d outbox rows for %d members", res.Message.ID, len(ds), len(res.Members)))
+			// The record holds its members' rows, in member order, at
+			// the positions up to its id (insertSQL).
+			id, ok := records[sq]
+			if !ok {
+				return false, unavailable("commit", fmt.Errorf("message %s: no outbox record", res.Message.ID))
+			}
+			first := id - int64(len(res.Members)) + 1
+			ds = make([]history.Delivery, len(res.Members))
+			for j, m := range res.Members {
+				ds[j] = history.Delivery{Recipient: m, Partition: Partition, Pos: first + int64(j)}
 			}
 		}
 		r.plan.Inserted(i, sq, ds)

@@ -31,7 +31,8 @@ type Config struct {
 	// as pgx accepts it (PG* environment variables fill what it leaves
 	// out). Required. Errors quote it with the password left out.
 	URL string
-	// Outbox makes Commit write one outbox row per chat member (SQL mode).
+	// Outbox makes Commit write an outbox row per chat member (SQL mode),
+	// kept as one record per message.
 	// False stores history only (Kafka mode, where a relay feeds the log
 	// from history); the outbox.Log methods then see an empty log.
 	// DefaultConfig sets it to true.

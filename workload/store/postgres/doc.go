@@ -5,8 +5,9 @@
 // off it stores history only, for a deployment whose log is Kafka. The schema
 // is the numbered goose migrations of package ../migrations (folder
 // postgres/), applied by Open, one process at a time; it has the shape of the
-// SQLite schema: history.id and outbox.id are BIGSERIALs (the Seq and the
-// log position), times are bigint Unix nanoseconds (timestamptz would drop
+// SQLite schema: history.id is a BIGSERIAL (the Seq), the outbox keeps one
+// record per message (outbox_messages, schema 8) whose n rows take the log
+// positions id-n+1 .. id drawn from the sequence outbox_id_seq, times are bigint Unix nanoseconds (timestamptz would drop
 // the nanoseconds of SentAt), and Page resolves a client's messageId cursor
 // to its Seq within the chat, starting over when it cannot (PROTOCOL.md §4).
 //
@@ -15,8 +16,8 @@
 // follower scanning forward (id > last) would skip for ever a row that
 // commits after a higher one it has already seen. The store closes this with
 // one transaction-level advisory lock, AppendLockKey: every Commit takes
-// pg_advisory_xact_lock(AppendLockKey) before it draws any history or outbox
-// id and holds it until its commit, which PostgreSQL makes visible before it
+// pg_advisory_xact_lock(AppendLockKey) before it draws any history id or
+// outbox position and holds it until its commit, which PostgreSQL makes visible before it
 // releases the lock. Ids are therefore drawn in commit order across every
 // process sharing the database, and both the outbox scan and the history
 // Seq (which Page cursors and a Kafka relay follow) skip nothing. Head and
@@ -33,7 +34,9 @@
 // reads, in one pipelined batch, the membership epoch, the idempotency keys
 // and message ids already used, and the member lists not in the in-process
 // cache; the second takes the lock, inserts every history row and every
-// outbox row with one statement over unnest arrays, and commits. That
+// outbox record with one statement over unnest arrays (drawing the
+// records' positions with one setval, and adding their rows to the depth
+// that outbox_line keeps for Stats), and commits. That
 // statement inserts nothing if the membership epoch (bumped by AddMember)
 // moved since the lists were read, and Commit then starts over, so the
 // member cache is never stale, even across processes. Every failure to
@@ -47,9 +50,16 @@
 // holds by construction, as in the SQLite store and the Kafka log: a
 // history row only for a chat whose members were read, by its transaction
 // or (cached) at the membership epoch its insert checks (chats are never
-// deleted, unknown chats never cached), a message's outbox rows in the statement that
-// inserts its history row, and PurgeHistory deleting both in one statement
-// (invariant I1); TestReferencesHoldWithoutForeignKeys checks it.
+// deleted, unknown chats never cached), a message's outbox record in the
+// statement that inserts its history row, and PurgeHistory deleting both in
+// one statement (invariant I1); TestReferencesHoldWithoutForeignKeys
+// checks it.
+//
+// DeleteBelow deletes the records wholly below its position, in
+// transactions of at most 2,000 positions, and moves outbox_line.below
+// into the record the position falls in (its rows under the line are gone
+// for every reader). It and PurgeHistory take the line's row lock first,
+// and Commit takes it last (after the append lock), to move the depth.
 //
 // AddMember, RemoveMember, the admin changes, CreateGroupWith and the reads
 // of history.ChatAPI are the algorithms of ../storecore (DB embeds

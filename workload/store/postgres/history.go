@@ -115,11 +115,13 @@ func (db *DB) SaveReads(ctx context.Context, reads []history.Read) error {
 }
 
 // PurgeHistory deletes up to limit history rows with SentAt before cutoff,
-// oldest SentAt first, and returns how many it deleted. The outbox rows of
-// those messages are deleted by the same statement, so no outbox row
+// oldest SentAt first, and returns how many it deleted. The outbox records
+// of those messages are deleted by the same statement, so no outbox row
 // outlives its history row (invariant I1; no foreign key checks it since
-// migration 7: TestReferencesHoldWithoutForeignKeys).
-// limit < 1 gives ErrInvalid.
+// migration 7: TestReferencesHoldWithoutForeignKeys), and the outbox depth
+// goes down by their rows not under the line already, in the same
+// transaction (which takes the line's row lock first, as DeleteBelow
+// does). limit < 1 gives ErrInvalid.
 func (db *DB) PurgeHistory(ctx context.Context, cutoff time.Time, limit int) (int64, error) {
 	cut, none, err := storecore.PurgeCut(cutoff, limit)
 	if err != nil || none {
@@ -127,14 +129,22 @@ func (db *DB) PurgeHistory(ctx context.Context, cutoff time.Time, limit int) (in
 	}
 	// One statement: the victims are chosen once, locked against a
 	// concurrent purge, and both deletes see them.
-	tag, err := db.pool.Exec(ctx, `WITH v AS (
+	var n int64
+	err = db.inLineLock(ctx, `WITH v AS (
 			SELECT id FROM history WHERE sent_at < $1 ORDER BY sent_at, id LIMIT $2 FOR UPDATE
 		), o AS (
-			DELETE FROM outbox WHERE history_id IN (SELECT id FROM v)
+			DELETE FROM outbox_messages WHERE history_id IN (SELECT id FROM v) RETURNING id, n
+		), x AS (
+			SELECT coalesce(sum(o.n - `+cutSQL("o.id", "o.n", "l.below")+`), 0) AS rows
+			FROM o CROSS JOIN outbox_line AS l WHERE l.id = 1
+		), u AS (
+			UPDATE outbox_line SET depth = depth - (SELECT rows FROM x) WHERE id = 1 AND (SELECT rows FROM x) > 0
+		), hd AS (
+			DELETE FROM history WHERE id IN (SELECT id FROM v) RETURNING 1
 		)
-		DELETE FROM history WHERE id IN (SELECT id FROM v)`, cut, int64(limit))
+		SELECT count(*) FROM hd`, []any{cut, int64(limit)}, &n)
 	if err != nil {
 		return 0, unavailable("purge history", err)
 	}
-	return tag.RowsAffected(), nil
+	return n, nil
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/tetra-messenger/tetra/workload/history"
 	"github.com/tetra-messenger/tetra/workload/outbox"
 	"github.com/tetra-messenger/tetra/workload/store/storecore"
 )
@@ -57,16 +58,33 @@ func (db *DB) Head(ctx context.Context, partition int32) (int64, error) {
 	return head, nil
 }
 
-// scanQuery is the outbox scan: a range of the outbox primary key, each row
-// joined by key to its history row.
-const scanQuery = `SELECT o.id, o.recipient, o.created_at,
+// The outbox keeps one record per message (table outbox_messages, schema
+// version 8), listing the message's recipients in member order. The log's
+// rows are the records' recipients: a record of n recipients holds the
+// rows at positions id-n+1 .. id, so its id is its last row's position.
+// Positions ascend in commit then member order, as when each row was a
+// row of its own. A message of n members costs one record to insert and
+// to delete, not n rows and n index entries.
+//
+// A DeleteBelow line can fall inside a record (some of its recipients
+// acknowledged, some not): the record stays, and outbox_line.below keeps
+// the line, under which Scan sees no row. outbox_line.depth counts the
+// rows present; every statement that changes the rows moves it in its
+// transaction, and DeleteBelow and PurgeHistory take its row lock first,
+// so two of them never count against the same line.
+
+// scanQuery is the outbox scan: a range of the records' primary key from
+// the record holding the first row above $1, each joined by key to its
+// history row, with the line.
+const scanQuery = `SELECT o.id, o.n, o.recipients, o.created_at, (SELECT below FROM outbox_line WHERE id = 1),
 	       ` + messageColumns + `
-	FROM outbox AS o JOIN history AS h ON h.id = o.history_id
+	FROM outbox_messages AS o JOIN history AS h ON h.id = o.history_id
 	WHERE o.id > $1 ORDER BY o.id LIMIT $2`
 
 // Scan returns up to limit committed rows with position above after, in
 // position order, each joined with its history row: a forward range read
-// of the outbox's primary key plus one keyed lookup into history per row.
+// of the records' primary key plus one keyed lookup into history per
+// record; rows under the line of the last DeleteBelow are skipped.
 // Positions are drawn under the append lock, held until the drawing
 // transaction's commit is visible, so a row committed later never has a
 // lower position than one already returned. limit < 1 and partitions other
@@ -78,21 +96,42 @@ func (db *DB) Scan(ctx context.Context, partition int32, after int64, limit int)
 	if limit < 1 {
 		return nil, fmt.Errorf("postgres: outbox scan: limit %d, want at least 1", limit)
 	}
-	rows, err := db.pool.Query(ctx, scanQuery, after, int64(limit))
+	// Every record read has a row above after, so limit records hold
+	// limit rows, but for the one the line cuts: one more.
+	rows, err := db.pool.Query(ctx, scanQuery, after, int64(limit)+1)
 	if err != nil {
 		return nil, logUnavailable("scan", err)
 	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (outbox.Row, error) {
-		var r outbox.Row
-		var created int64
-		dest, done := messageDest(&r.Message)
-		err := row.Scan(append([]any{&r.Pos, &r.Recipient, &created}, dest...)...)
+	defer rows.Close()
+	var out []outbox.Row
+	for len(out) < limit && rows.Next() {
+		var m history.Message
+		var to []string
+		var id, created, below int64
+		var n int32
+		dest, done := messageDest(&m)
+		err := rows.Scan(append([]any{&id, &n, &to, &created, &below}, dest...)...)
 		done()
-		r.Partition = Partition
-		r.CreatedAt = fromNanos(created)
-		return r, err
-	})
-	if err != nil {
+		if err != nil {
+			return nil, logUnavailable("scan", err)
+		}
+		if len(to) != int(n) {
+			return nil, logUnavailable("scan", fmt.Errorf("record %d: %d recipients for n = %d", id, len(to), n))
+		}
+		first := id - int64(n) + 1
+		for i, r := range to {
+			pos := first + int64(i)
+			if pos <= after || pos < below {
+				continue
+			}
+			if len(out) == limit {
+				break
+			}
+			out = append(out, outbox.Row{Partition: Partition, Pos: pos, Recipient: r, Message: m, CreatedAt: fromNanos(created)})
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
 		return nil, logUnavailable("scan", err)
 	}
 	if out == nil {
@@ -101,52 +140,135 @@ func (db *DB) Scan(ctx context.Context, partition int32, after int64, limit int)
 	return out, nil
 }
 
+// deleteChunk is the most positions one DeleteBelow transaction covers:
+// each holds the line's row lock, which every Commit takes to count its
+// rows, so a prefix of tens of thousands of rows deleted at once would
+// hold the commits behind it.
+const deleteChunk = 2000
+
+// cutSQL is how many of the rows of the record (id, n) lie below the
+// line below, as an SQL expression over the three columns named.
+func cutSQL(id, n, below string) string {
+	return fmt.Sprintf("least(greatest(%s - (%s - %s + 1), 0), %s)", below, id, n, n)
+}
+
+// lockLineSQL takes the line's row lock for the rest of the transaction.
+const lockLineSQL = `SELECT below FROM outbox_line WHERE id = 1 FOR UPDATE`
+
 // DeleteBelow deletes every outbox row with position below pos (a prefix)
-// with one statement and returns how many it deleted. Positions are never
-// reused afterwards. A partition other than 0 is an error; store failures
-// wrap outbox.ErrUnavailable and delete nothing. While the process holds
-// the instance lock (LockInstance), the statement deletes only if the
-// lock's session still holds it and no process of another namespace or
-// fleet uses the database; otherwise it deletes nothing and the error
-// wraps outbox.ErrUnavailable and ErrLockLost.
+// and returns how many it deleted: the records wholly below pos, in
+// transactions of at most deleteChunk positions, then, when pos falls
+// inside a record, the line that hides that record's rows below it.
+// Positions are never reused afterwards. A partition other than 0 is an
+// error; store failures wrap outbox.ErrUnavailable, and the rows deleted
+// before the failure stay deleted (all below pos: reclaimable anyway).
+// While the process holds the instance lock (LockInstance), each statement
+// deletes only if the lock's session still holds it and no process of
+// another namespace or fleet uses the database; otherwise it deletes
+// nothing and the error wraps outbox.ErrUnavailable and ErrLockLost.
 func (db *DB) DeleteBelow(ctx context.Context, partition int32, pos int64) (int64, error) {
 	if err := checkPartition("delete", partition); err != nil {
 		return 0, err
 	}
-	l := db.inst.Load()
-	if l == nil {
-		tag, err := db.pool.Exec(ctx, `DELETE FROM outbox WHERE id < $1`, pos)
-		if err != nil {
-			return 0, logUnavailable("delete", err)
+	guard, args := "true", []any{}
+	if l := db.inst.Load(); l != nil {
+		guard, args = deleteGuardSQL, l.guardArgs()
+	}
+	p, chunk := len(args)+1, len(args)+2
+	records := fmt.Sprintf(`WITH g AS (SELECT %s AS ok),
+		d AS (DELETE FROM outbox_messages WHERE id < $%d
+			AND id < (SELECT min(id) FROM outbox_messages) + $%d AND (SELECT ok FROM g)
+			RETURNING id, n),
+		x AS (SELECT coalesce(sum(d.n - %s), 0) AS rows, count(*) AS records
+			FROM d CROSS JOIN outbox_line AS l WHERE l.id = 1),
+		u AS (UPDATE outbox_line SET depth = depth - (SELECT rows FROM x)
+			WHERE id = 1 AND (SELECT records FROM x) > 0)
+		SELECT (SELECT ok FROM g), rows, records FROM x`, guard, p, chunk, cutSQL("d.id", "d.n", "l.below"))
+	var total int64
+	for {
+		var ok bool
+		var n, recs int64
+		err := db.inLineLock(ctx, records, append(args, pos, int64(deleteChunk)), &ok, &n, &recs)
+		if err == nil && !ok {
+			err = errLockLost
 		}
-		return tag.RowsAffected(), nil
+		if err != nil {
+			return total, logUnavailable("delete", err)
+		}
+		total += n
+		if recs == 0 {
+			break
+		}
 	}
+	// The oldest record left, when pos falls inside it: the line moves up
+	// to pos (never down), hiding the record's rows below it. Every record
+	// below pos is gone, and new ones are drawn above the head, so it is
+	// the only record with rows below pos.
+	line := fmt.Sprintf(`WITH g AS (SELECT %s AS ok),
+		c AS (SELECT o.id, o.n, l.below FROM outbox_messages AS o CROSS JOIN outbox_line AS l
+			WHERE l.id = 1 AND o.id >= $%d ORDER BY o.id LIMIT 1),
+		x AS (SELECT coalesce((SELECT CASE WHEN c.id - c.n + 1 < $%d AND c.below < $%d
+			THEN ($%d - (c.id - c.n + 1)) - %s ELSE 0 END FROM c), 0) AS rows),
+		u AS (UPDATE outbox_line SET below = $%d, depth = depth - (SELECT rows FROM x)
+			WHERE id = 1 AND (SELECT rows FROM x) > 0 AND (SELECT ok FROM g))
+		SELECT (SELECT ok FROM g), rows, 0::bigint FROM x`, guard, p, p, p, p, cutSQL("c.id", "c.n", "c.below"), p)
 	var ok bool
-	var n int64
-	err := db.pool.QueryRow(ctx, `WITH g AS (SELECT `+deleteGuardSQL+` AS ok),
-		d AS (DELETE FROM outbox WHERE id < $8 AND (SELECT ok FROM g) RETURNING 1)
-		SELECT (SELECT ok FROM g), (SELECT count(*) FROM d)`, append(l.guardArgs(), pos)...).Scan(&ok, &n)
+	var n, unused int64
+	err := db.inLineLock(ctx, line, append(args, pos), &ok, &n, &unused)
+	if err == nil && !ok {
+		err = errLockLost
+	}
 	if err != nil {
-		return 0, logUnavailable("delete", err)
+		return total, logUnavailable("delete", err)
 	}
-	if !ok {
-		return 0, logUnavailable("delete", fmt.Errorf("%w, or another tetra process of another --index-prefix or fleet uses the database: deleting nothing until the lock is held alone again", ErrLockLost))
-	}
-	return n, nil
+	return total + n, nil
 }
 
-// Stats returns, from one statement, the number of rows present (an exact
-// count, linear in the depth), the head as Head reports it (after the same
-// shared append lock), and the CreatedAt of the row with the lowest
-// position (zero when empty). A partition other than 0 is an error.
+// errLockLost is DeleteBelow's error when its guard refused (see
+// DeleteBelow).
+var errLockLost = fmt.Errorf("%w, or another tetra process of another --index-prefix or fleet uses the database: deleting nothing until the lock is held alone again", ErrLockLost)
+
+// inLineLock runs the query q in a transaction that first takes the
+// line's row lock, in one pipelined round trip, and scans its one row
+// into dest.
+func (db *DB) inLineLock(ctx context.Context, q string, args []any, dest ...any) error {
+	b := &pgx.Batch{}
+	b.Queue(`BEGIN`)
+	b.Queue(lockLineSQL)
+	b.Queue(q, args...)
+	b.Queue(`COMMIT`)
+	br := db.pool.SendBatch(ctx, b)
+	err := func() error {
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+		if err := br.QueryRow().Scan(dest...); err != nil {
+			return err
+		}
+		return commitTag(br.Exec())
+	}()
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// Stats returns, from one statement, the number of rows present (kept in
+// outbox_line.depth by every change of the rows, in its transaction:
+// schema version 8), the head as Head reports it (after the same shared
+// append lock), and the CreatedAt of the record of the lowest position
+// (zero when empty). A partition other than 0 is an error.
 func (db *DB) Stats(ctx context.Context, partition int32) (outbox.Stats, error) {
 	if err := checkPartition("stats", partition); err != nil {
 		return outbox.Stats{}, err
 	}
 	b := &pgx.Batch{}
 	b.Queue(lockSharedSQL, AppendLockKey)
-	b.Queue(`SELECT (SELECT count(*) FROM outbox), (` + headSQL + `),
-		(SELECT created_at FROM outbox ORDER BY id LIMIT 1)`)
+	b.Queue(`SELECT (SELECT depth FROM outbox_line WHERE id = 1), (` + headSQL + `),
+		(SELECT created_at FROM outbox_messages ORDER BY id LIMIT 1)`)
 	br := db.pool.SendBatch(ctx, b)
 	defer br.Close()
 	st := outbox.Stats{Partition: Partition}

@@ -79,7 +79,7 @@ func TestReferencesHoldWithoutForeignKeys(t *testing.T) {
 		ctx := context.Background()
 		var fks []string
 		rows, err := db.pool.Query(ctx, `SELECT conname FROM pg_constraint
-			WHERE contype = 'f' AND conrelid IN ('history'::regclass, 'outbox'::regclass) ORDER BY 1`)
+			WHERE contype = 'f' AND conrelid IN ('history'::regclass, 'outbox_messages'::regclass) ORDER BY 1`)
 		if err == nil {
 			fks, err = pgx.CollectRows(rows, pgx.RowTo[string])
 		}
@@ -91,7 +91,7 @@ func TestReferencesHoldWithoutForeignKeys(t *testing.T) {
 				SELECT 'history', h.id FROM history AS h
 				WHERE NOT EXISTS (SELECT 1 FROM chats AS c WHERE c.id = h.chat_id)
 				UNION ALL
-				SELECT 'outbox', o.id FROM outbox AS o
+				SELECT 'outbox', o.id FROM outbox_messages AS o
 				WHERE NOT EXISTS (SELECT 1 FROM history AS h WHERE h.id = o.history_id)`)
 			if err != nil {
 				t.Fatalf("orphans: %v", err)
@@ -889,7 +889,7 @@ func TestCommitFailureRollsBackBatch(t *testing.T) {
 
 	// Break the outbox insert: the history insert of the same statement
 	// must not survive.
-	if _, err := raw.Exec(ctx, `ALTER TABLE outbox RENAME TO outbox_away`); err != nil {
+	if _, err := raw.Exec(ctx, `ALTER TABLE outbox_messages RENAME TO outbox_away`); err != nil {
 		t.Fatal(err)
 	}
 	_, err := db.Commit(ctx, []history.Draft{historytest.Draft(g.ID, "alice", "1", "lost")})
@@ -899,7 +899,7 @@ func TestCommitFailureRollsBackBatch(t *testing.T) {
 	if _, err := db.Scan(ctx, 0, 0, 10); !errors.Is(err, outbox.ErrUnavailable) {
 		t.Errorf("Scan with a broken outbox: err = %v, want outbox.ErrUnavailable", err)
 	}
-	if _, err := raw.Exec(ctx, `ALTER TABLE outbox_away RENAME TO outbox`); err != nil {
+	if _, err := raw.Exec(ctx, `ALTER TABLE outbox_away RENAME TO outbox_messages`); err != nil {
 		t.Fatal(err)
 	}
 	msgs, _, err := db.Page(ctx, g.ID, "", 10)
@@ -1173,9 +1173,9 @@ func TestQueryPlans(t *testing.T) {
 		return strings.Join(lines, "\n")
 	}
 	scan := plan(scanQuery, int64(1000), int64(100))
-	if !strings.Contains(scan, "Index Scan using outbox_pkey") || !strings.Contains(scan, "history_pkey") ||
-		strings.Contains(scan, "Seq Scan") || strings.Contains(scan, "Sort") {
-		t.Errorf("Scan plan is not a range of outbox_pkey joined by key to history:\n%s", scan)
+	if !strings.Contains(scan, "Index Scan using outbox_messages_pkey") || !strings.Contains(scan, "history_pkey") ||
+		strings.Contains(scan, "Seq Scan on outbox_messages") || strings.Contains(scan, "Seq Scan on history") || strings.Contains(scan, "Sort") {
+		t.Errorf("Scan plan is not a range of outbox_messages_pkey joined by key to history:\n%s", scan)
 	}
 	page := plan(pageQuery, c.ID, "nope", int64(10))
 	// On small chats the planner may sort a bitmap scan of the range; the

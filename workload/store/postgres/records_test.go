@@ -1,0 +1,295 @@
+package postgres
+
+import (
+	"database/sql"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pressly/goose/v3"
+
+	"github.com/tetra-messenger/tetra/internal/testenv"
+	"github.com/tetra-messenger/tetra/workload/history"
+	"github.com/tetra-messenger/tetra/workload/history/historytest"
+	"github.com/tetra-messenger/tetra/workload/outbox"
+	"github.com/tetra-messenger/tetra/workload/outbox/outboxtest"
+	"github.com/tetra-messenger/tetra/workload/store/migrations"
+)
+
+// TestOneRecordPerMessage: a commit writes one outbox record per message
+// (schema 8), whatever the number of its recipients, holding the rows at
+// the positions Commit reported, in member order, and moves the depth by
+// the rows.
+func TestOneRecordPerMessage(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db := newDB(t)
+	g := mustGroup(t, db, "alice", "g", "bob", "carol", "dave")
+	d := mustDirect(t, db, "alice", "erin")
+	res := historytest.MustCommit(t, db, historytest.Draft(g.ID, "alice", "1", "x"),
+		historytest.Draft(d.ID, "erin", "2", "y"), historytest.Draft(g.ID, "bob", "3", "z"))
+	var records int
+	if err := db.pool.QueryRow(ctx, `SELECT count(*) FROM outbox_messages`).Scan(&records); err != nil || records != 3 {
+		t.Fatalf("%d records (%v), want 3", records, err)
+	}
+	var want []outbox.Row
+	for _, r := range res {
+		for _, dl := range r.Deliveries {
+			want = append(want, outbox.Row{Pos: dl.Pos, Recipient: dl.Recipient})
+		}
+	}
+	if len(want) != 10 {
+		t.Fatalf("%d deliveries, want 10", len(want))
+	}
+	got := outboxtest.ScanAll(t, db, 0, 0, 3)
+	if len(got) != len(want) {
+		t.Fatalf("scanned %d rows, want %d", len(got), len(want))
+	}
+	for i := range want {
+		if got[i].Pos != want[i].Pos || got[i].Recipient != want[i].Recipient || (i > 0 && got[i].Pos != got[i-1].Pos+1) {
+			t.Errorf("row %d: %d for %s, want %d for %s, positions dense", i, got[i].Pos, got[i].Recipient, want[i].Pos, want[i].Recipient)
+		}
+	}
+	st, err := db.Stats(ctx, 0)
+	if err != nil || st.Depth != 10 || st.Head != want[9].Pos {
+		t.Errorf("Stats %+v, %v; want depth 10, head %d", st, err, want[9].Pos)
+	}
+}
+
+// TestDeleteBelowInsideARecord: a line inside a message's record deletes
+// the rows below it and no other: Scan, Stats and the counts DeleteBelow
+// returns see exactly the rows above it, across reopening, until a later
+// line passes the record and deletes it. Head never moves.
+func TestDeleteBelowInsideARecord(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	url := testenv.Postgres(t)
+	db := openDB(t, DefaultConfig(url))
+	g := mustGroup(t, db, "alice", "g", "bob", "carol", "dave")
+	res := historytest.MustCommit(t, db, historytest.Draft(g.ID, "alice", "1", "x"), historytest.Draft(g.ID, "bob", "2", "y"))
+	var rows []history.Delivery
+	for _, r := range res {
+		rows = append(rows, r.Deliveries...)
+	}
+	if len(rows) != 8 {
+		t.Fatalf("%d rows, want 8", len(rows))
+	}
+	head, err := db.Head(ctx, 0)
+	if err != nil || head != rows[7].Pos {
+		t.Fatalf("Head = %d, %v; want %d", head, err, rows[7].Pos)
+	}
+	check := func(name string, db *DB, from int) {
+		t.Helper()
+		got := outboxtest.ScanAll(t, db, 0, 0, 3)
+		if len(got) != 8-from {
+			t.Fatalf("%s: %d rows, want %d", name, len(got), 8-from)
+		}
+		for i, r := range got {
+			if w := rows[from+i]; r.Pos != w.Pos || r.Recipient != w.Recipient {
+				t.Errorf("%s: row %d at %d for %s, want %d for %s", name, i, r.Pos, r.Recipient, w.Pos, w.Recipient)
+			}
+		}
+		st, err := db.Stats(ctx, 0)
+		if err != nil || st.Depth != int64(8-from) || st.Head != head {
+			t.Errorf("%s: Stats %+v, %v; want depth %d, head %d", name, st, err, 8-from, head)
+		}
+		if h, err := db.Head(ctx, 0); err != nil || h != head {
+			t.Errorf("%s: Head = %d, %v; want %d", name, h, err, head)
+		}
+	}
+	del := func(pos int64, want int64) {
+		t.Helper()
+		n, err := db.DeleteBelow(ctx, 0, pos)
+		if err != nil || n != want {
+			t.Fatalf("DeleteBelow(%d) = %d, %v; want %d", pos, n, err, want)
+		}
+	}
+	del(rows[2].Pos, 2) // inside the first record
+	check("line inside the first record", db, 2)
+	del(rows[2].Pos, 0)
+	del(rows[1].Pos, 0) // under the line: nothing
+	del(rows[3].Pos, 1)
+	check("line moved up inside the record", db, 3)
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db = openDB(t, DefaultConfig(url))
+	check("reopened", db, 3)
+	del(rows[6].Pos, 3) // the rest of the first record, and into the second
+	check("line inside the second record", db, 6)
+	var records int
+	if err := db.pool.QueryRow(ctx, `SELECT count(*) FROM outbox_messages`).Scan(&records); err != nil || records != 1 {
+		t.Errorf("%d records remain (%v), want 1", records, err)
+	}
+	del(head+1, 2) // past the last record
+	check("all deleted", db, 8)
+	next := historytest.MustCommit(t, db, historytest.Draft(g.ID, "carol", "3", "z"))
+	if p := next[0].Deliveries[0].Pos; p <= head {
+		t.Errorf("position %d after deleting all, not above the old head %d", p, head)
+	}
+}
+
+// TestDeleteBelowInChunks: a prefix longer than deleteChunk positions is
+// deleted whole, over several transactions, and counted once.
+func TestDeleteBelowInChunks(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db := newDB(t)
+	d := mustDirect(t, db, "alice", "bob")
+	var drafts []history.Draft
+	for i := range deleteChunk + 500 { // 2 rows a message: 2.5 chunks
+		drafts = append(drafts, historytest.Draft(d.ID, "alice", strconv.Itoa(i), "x"))
+	}
+	res := historytest.MustCommit(t, db, drafts...)
+	last := res[len(res)-1].Deliveries[1].Pos
+	n, err := db.DeleteBelow(ctx, 0, last) // all but the last row
+	if want := int64(2*len(drafts) - 1); err != nil || n != want {
+		t.Fatalf("DeleteBelow = %d, %v; want %d", n, err, want)
+	}
+	if st, err := db.Stats(ctx, 0); err != nil || st.Depth != 1 {
+		t.Errorf("Stats %+v, %v; want depth 1", st, err)
+	}
+	if rows := outboxtest.ScanAll(t, db, 0, 0, 100); len(rows) != 1 || rows[0].Pos != last {
+		t.Errorf("rows left %v, want the one at %d", rows, last)
+	}
+}
+
+// TestDepthFollowsPurge: PurgeHistory takes its messages' records with
+// them, and the depth goes down by their rows not already under a line.
+func TestDepthFollowsPurge(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db := newDB(t)
+	g := mustGroup(t, db, "alice", "g", "bob", "carol")
+	old := time.Now().Add(-48 * time.Hour)
+	var drafts []history.Draft
+	for i, at := range []time.Time{old, old, time.Now()} {
+		d := historytest.Draft(g.ID, "alice", strconv.Itoa(i), "x")
+		d.SentAt = at
+		drafts = append(drafts, d)
+	}
+	res := historytest.MustCommit(t, db, drafts...)
+	// A line inside the first record: 2 of its 3 rows are gone already.
+	if n, err := db.DeleteBelow(ctx, 0, res[0].Deliveries[2].Pos); err != nil || n != 2 {
+		t.Fatalf("DeleteBelow = %d, %v; want 2", n, err)
+	}
+	if n, err := db.PurgeHistory(ctx, time.Now().Add(-24*time.Hour), 100); err != nil || n != 2 {
+		t.Fatalf("PurgeHistory = %d, %v; want the 2 old messages", n, err)
+	}
+	rows := outboxtest.ScanAll(t, db, 0, 0, 10)
+	st, err := db.Stats(ctx, 0)
+	if err != nil || st.Depth != 3 || len(rows) != 3 {
+		t.Errorf("after the purge: Stats %+v, %v, %d rows scanned; want depth 3 and 3 rows (the new message's)", st, err, len(rows))
+	}
+}
+
+// TestDepthUnderConcurrency: commits, DeleteBelow and PurgeHistory from
+// several goroutines at once leave the depth Stats reports equal to the
+// rows a Scan finds (each takes the line's row lock, so none counts
+// against a line another moved).
+func TestDepthUnderConcurrency(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db := newDB(t)
+	g := mustGroup(t, db, "alice", "g", "bob", "carol")
+	var wg sync.WaitGroup
+	errs := make(chan error, 100)
+	for w := range 4 {
+		wg.Go(func() {
+			for i := range 40 {
+				d := historytest.Draft(g.ID, "alice", strconv.Itoa(w*1000+i), "x")
+				if i%5 == 0 {
+					d.SentAt = time.Now().Add(-48 * time.Hour)
+				}
+				if _, err := db.Commit(ctx, []history.Draft{d}); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	for range 2 {
+		wg.Go(func() {
+			for range 30 {
+				head, err := db.Head(ctx, 0)
+				if err == nil {
+					// Lines inside and between records.
+					_, err = db.DeleteBelow(ctx, 0, head-head%7)
+				}
+				if err == nil {
+					_, err = db.PurgeHistory(ctx, time.Now().Add(-24*time.Hour), 3)
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	rows := outboxtest.ScanAll(t, db, 0, 0, 50)
+	st, err := db.Stats(ctx, 0)
+	if err != nil || st.Depth != int64(len(rows)) {
+		t.Errorf("Stats %+v, %v; want depth %d (the rows scanned)", st, err, len(rows))
+	}
+}
+
+// TestMigration8PacksTheOutbox: the outbox rows of schema version 7 come
+// through migration 8 as one record per message, at the same positions,
+// for the same recipients and messages, with the depth counted; Head does
+// not go back (the sequence, deleted rows included), and new messages get
+// positions above it.
+func TestMigration8PacksTheOutbox(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	url := testenv.Postgres(t)
+	raw, err := sql.Open("pgx", url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := goose.NewProvider(goose.DialectPostgres, raw, migrations.Postgres(), goose.WithDisableGlobalRegistry(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.UpTo(ctx, 7); err != nil {
+		t.Fatal(err)
+	}
+	for _, stmt := range []string{
+		`INSERT INTO chats (id, kind, title, created_by, created_at) VALUES ('g1', 'group', 'one', 'alice', 1000)`,
+		`INSERT INTO members (chat_id, user_id, joined_at, admin_at) VALUES ('g1', 'alice', 1000, 1000), ('g1', 'bob', 1000, 0), ('g1', 'carol', 1000, 0)`,
+		`INSERT INTO history (message_id, chat_id, sender_id, correlation_id, body, sent_at) VALUES
+			('m1', 'g1', 'alice', 'k1', 'one', 2000), ('m2', 'g1', 'bob', 'k2', 'two', 3000)`,
+		// m1's rows 1-3, of which GC deleted 1 and 2; m2's 4-6; 7 drawn
+		// by a commit that failed.
+		`INSERT INTO outbox (id, recipient, history_id, created_at) VALUES
+			(3, 'carol', 1, 2000), (4, 'alice', 2, 3000), (5, 'bob', 2, 3000), (6, 'carol', 2, 3000)`,
+		`SELECT setval('outbox_id_seq', 7)`,
+	} {
+		if _, err := raw.ExecContext(ctx, stmt); err != nil {
+			t.Fatalf("%s: %v", stmt, err)
+		}
+	}
+	raw.Close()
+	db := openDB(t, DefaultConfig(url))
+	rows := outboxtest.ScanAll(t, db, 0, 0, 10)
+	var got []string
+	for _, r := range rows {
+		got = append(got, strconv.FormatInt(r.Pos, 10)+":"+r.Recipient+":"+r.Message.ID)
+	}
+	if want := []string{"3:carol:m1", "4:alice:m2", "5:bob:m2", "6:carol:m2"}; !slices.Equal(got, want) {
+		t.Errorf("rows after migration 8: %v, want %v", got, want)
+	}
+	if st, err := db.Stats(ctx, 0); err != nil || st.Depth != 4 || st.Head != 7 {
+		t.Errorf("Stats %+v, %v; want depth 4, head 7", st, err)
+	}
+	next := historytest.MustCommit(t, db, historytest.Draft("g1", "alice", "k3", "three"))
+	if ps := positions(next); !slices.Equal(ps, []int64{8, 9, 10}) {
+		t.Errorf("new message at %v, want 8, 9, 10", ps)
+	}
+}

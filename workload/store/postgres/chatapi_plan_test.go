@@ -68,7 +68,7 @@ func TestPagePlans(t *testing.T) {
 			strings.Contains(text, "history_pkey") {
 			t.Errorf("%s: the plan is not a range of history_unread:\n%s", q.name, text)
 		}
-		for _, stmt := range []string{`DEALLOCATE probe`, `TRUNCATE history, outbox_messages`, `UPDATE outbox_line SET below = 0, depth = 0`} {
+		for _, stmt := range []string{`DEALLOCATE probe`, `TRUNCATE history, outbox_messages`, `UPDATE outbox_line SET below = 0, removed = 0`, `UPDATE outbox_appended SET rows = 0`} {
 			if _, err := conn.Exec(ctx, stmt); err != nil {
 				t.Fatal(err)
 			}

@@ -397,8 +397,8 @@ func collectMemberRows(rows pgx.Rows, into map[string][]string) error {
 // value. The statement runs under the append lock, so no other
 // transaction draws meanwhile, and moves the sequence to the batch's last
 // position with one setval (not undone by a rollback: a failed commit
-// leaves a gap, never a reused position). outbox_line.depth goes up by the
-// rows added. Nothing is inserted when the membership epoch is no longer
+// leaves a gap, never a reused position). outbox_appended.rows goes up by
+// the rows added. Nothing is inserted when the membership epoch is no longer
 // $8. The result lists kind 0 (history id, message id), kind 1 (record id,
 // history id), kind 2 (the current epoch) and kind 3 (the head set).
 const insertSQL = `WITH d AS (
@@ -418,7 +418,7 @@ const insertSQL = `WITH d AS (
 		FROM d JOIN h ON h.message_id = d.message_id
 		RETURNING id, n, history_id
 	), l AS (
-		UPDATE outbox_line SET depth = depth + (SELECT sum(n) FROM o) WHERE id = 1 AND EXISTS (SELECT 1 FROM o)
+		UPDATE outbox_appended SET rows = rows + (SELECT sum(n) FROM o) WHERE id = 1 AND EXISTS (SELECT 1 FROM o)
 	)
 	SELECT 0, id, message_id, 0::bigint FROM h
 	UNION ALL SELECT 1, id, '', history_id FROM o

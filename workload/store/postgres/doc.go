@@ -35,8 +35,8 @@
 // and message ids already used, and the member lists not in the in-process
 // cache; the second takes the lock, inserts every history row and every
 // outbox record with one statement over unnest arrays (drawing the
-// records' positions with one setval, and adding their rows to the depth
-// that outbox_line keeps for Stats), and commits. That
+// records' positions with one setval, and counting their rows in
+// outbox_appended for Stats), and commits. That
 // statement inserts nothing if the membership epoch (bumped by AddMember)
 // moved since the lists were read, and Commit then starts over, so the
 // member cache is never stale, even across processes. Every failure to
@@ -58,8 +58,9 @@
 // DeleteBelow deletes the records wholly below its position, in
 // transactions of at most 2,000 positions, and moves outbox_line.below
 // into the record the position falls in (its rows under the line are gone
-// for every reader). It and PurgeHistory take the line's row lock first,
-// and Commit takes it last (after the append lock), to move the depth.
+// for every reader). It and PurgeHistory take the line's row lock first
+// and count the rows they remove there; Commit never takes it, so a
+// commit never waits for GC.
 //
 // AddMember, RemoveMember, the admin changes, CreateGroupWith and the reads
 // of history.ChatAPI are the algorithms of ../storecore (DB embeds

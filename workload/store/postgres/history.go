@@ -118,8 +118,8 @@ func (db *DB) SaveReads(ctx context.Context, reads []history.Read) error {
 // oldest SentAt first, and returns how many it deleted. The outbox records
 // of those messages are deleted by the same statement, so no outbox row
 // outlives its history row (invariant I1; no foreign key checks it since
-// migration 7: TestReferencesHoldWithoutForeignKeys), and the outbox depth
-// goes down by their rows not under the line already, in the same
+// migration 7: TestReferencesHoldWithoutForeignKeys), and their rows not
+// under the line already count as removed (the outbox depth), in the same
 // transaction (which takes the line's row lock first, as DeleteBelow
 // does). limit < 1 gives ErrInvalid.
 func (db *DB) PurgeHistory(ctx context.Context, cutoff time.Time, limit int) (int64, error) {
@@ -138,7 +138,7 @@ func (db *DB) PurgeHistory(ctx context.Context, cutoff time.Time, limit int) (in
 			SELECT coalesce(sum(o.n - `+cutSQL("o.id", "o.n", "l.below")+`), 0) AS rows
 			FROM o CROSS JOIN outbox_line AS l WHERE l.id = 1
 		), u AS (
-			UPDATE outbox_line SET depth = depth - (SELECT rows FROM x) WHERE id = 1 AND (SELECT rows FROM x) > 0
+			UPDATE outbox_line SET removed = removed + (SELECT rows FROM x) WHERE id = 1 AND (SELECT rows FROM x) > 0
 		), hd AS (
 			DELETE FROM history WHERE id IN (SELECT id FROM v) RETURNING 1
 		)

@@ -68,10 +68,12 @@ func (db *DB) Head(ctx context.Context, partition int32) (int64, error) {
 //
 // A DeleteBelow line can fall inside a record (some of its recipients
 // acknowledged, some not): the record stays, and outbox_line.below keeps
-// the line, under which Scan sees no row. outbox_line.depth counts the
-// rows present; every statement that changes the rows moves it in its
-// transaction, and DeleteBelow and PurgeHistory take its row lock first,
-// so two of them never count against the same line.
+// the line, under which Scan sees no row. The depth is the rows ever
+// appended (outbox_appended.rows, moved by Commit) less those removed
+// (outbox_line.removed, moved by DeleteBelow and PurgeHistory), each moved
+// in the transaction that changes the rows. DeleteBelow and PurgeHistory
+// take the line's row lock first, so two of them never count against
+// different lines; Commit never takes it, so it never waits for GC.
 
 // scanQuery is the outbox scan: a range of the records' primary key from
 // the record holding the first row above $1, each joined by key to its
@@ -141,9 +143,8 @@ func (db *DB) Scan(ctx context.Context, partition int32, after int64, limit int)
 }
 
 // deleteChunk is the most positions one DeleteBelow transaction covers:
-// each holds the line's row lock, which every Commit takes to count its
-// rows, so a prefix of tens of thousands of rows deleted at once would
-// hold the commits behind it.
+// a prefix of tens of thousands of rows deleted at once would hold the
+// line's row lock, and the purges behind it, for as long.
 const deleteChunk = 2000
 
 // cutSQL is how many of the rows of the record (id, n) lie below the
@@ -181,7 +182,7 @@ func (db *DB) DeleteBelow(ctx context.Context, partition int32, pos int64) (int6
 			RETURNING id, n),
 		x AS (SELECT coalesce(sum(d.n - %s), 0) AS rows, count(*) AS records
 			FROM d CROSS JOIN outbox_line AS l WHERE l.id = 1),
-		u AS (UPDATE outbox_line SET depth = depth - (SELECT rows FROM x)
+		u AS (UPDATE outbox_line SET removed = removed + (SELECT rows FROM x)
 			WHERE id = 1 AND (SELECT records FROM x) > 0)
 		SELECT (SELECT ok FROM g), rows, records FROM x`, guard, p, chunk, cutSQL("d.id", "d.n", "l.below"))
 	var total int64
@@ -209,7 +210,7 @@ func (db *DB) DeleteBelow(ctx context.Context, partition int32, pos int64) (int6
 			WHERE l.id = 1 AND o.id >= $%d ORDER BY o.id LIMIT 1),
 		x AS (SELECT coalesce((SELECT CASE WHEN c.id - c.n + 1 < $%d AND c.below < $%d
 			THEN ($%d - (c.id - c.n + 1)) - %s ELSE 0 END FROM c), 0) AS rows),
-		u AS (UPDATE outbox_line SET below = $%d, depth = depth - (SELECT rows FROM x)
+		u AS (UPDATE outbox_line SET below = $%d, removed = removed + (SELECT rows FROM x)
 			WHERE id = 1 AND (SELECT rows FROM x) > 0 AND (SELECT ok FROM g))
 		SELECT (SELECT ok FROM g), rows, 0::bigint FROM x`, guard, p, p, p, p, cutSQL("c.id", "c.n", "c.below"), p)
 	var ok bool
@@ -256,9 +257,9 @@ func (db *DB) inLineLock(ctx context.Context, q string, args []any, dest ...any)
 	return err
 }
 
-// Stats returns, from one statement, the number of rows present (kept in
-// outbox_line.depth by every change of the rows, in its transaction:
-// schema version 8), the head as Head reports it (after the same shared
+// Stats returns, from one statement, the number of rows present (the rows
+// appended less those removed, each counted by every change of the rows,
+// in its transaction: schema version 8), the head as Head reports it (after the same shared
 // append lock), and the CreatedAt of the record of the lowest position
 // (zero when empty). A partition other than 0 is an error.
 func (db *DB) Stats(ctx context.Context, partition int32) (outbox.Stats, error) {
@@ -267,7 +268,7 @@ func (db *DB) Stats(ctx context.Context, partition int32) (outbox.Stats, error) 
 	}
 	b := &pgx.Batch{}
 	b.Queue(lockSharedSQL, AppendLockKey)
-	b.Queue(`SELECT (SELECT depth FROM outbox_line WHERE id = 1), (` + headSQL + `),
+	b.Queue(`SELECT (SELECT rows FROM outbox_appended WHERE id = 1) - (SELECT removed FROM outbox_line WHERE id = 1), (` + headSQL + `),
 		(SELECT created_at FROM outbox_messages ORDER BY id LIMIT 1)`)
 	br := db.pool.SendBatch(ctx, b)
 	defer br.Close()

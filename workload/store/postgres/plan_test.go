@@ -45,7 +45,7 @@ func TestCommitReadsProbeTheIndex(t *testing.T) {
 		for _, stmt := range []string{
 			`SET plan_cache_mode = force_generic_plan`,
 			`DEALLOCATE ALL`,
-			`TRUNCATE history, outbox_messages`, `UPDATE outbox_line SET below = 0, depth = 0`,
+			`TRUNCATE history, outbox_messages`, `UPDATE outbox_line SET below = 0, removed = 0`, `UPDATE outbox_appended SET rows = 0`,
 			fill(c.ID, 1, 200),
 			fmt.Sprintf(`PREPARE probe(%s) AS %s`, types, q.sql),
 			"EXECUTE probe" + q.args,

@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"context"
 	"database/sql"
 	"slices"
 	"strconv"
@@ -291,5 +292,37 @@ func TestMigration8PacksTheOutbox(t *testing.T) {
 	next := historytest.MustCommit(t, db, historytest.Draft("g1", "alice", "k3", "three"))
 	if ps := positions(next); !slices.Equal(ps, []int64{8, 9, 10}) {
 		t.Errorf("new message at %v, want 8, 9, 10", ps)
+	}
+}
+
+// TestCommitDoesNotWaitForTheLine: a Commit goes through while another
+// transaction holds the line's row lock (as DeleteBelow and PurgeHistory
+// do, through their fsync): commits count their rows in a row of their
+// own, so GC never stalls the group commit.
+func TestCommitDoesNotWaitForTheLine(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db := newDB(t)
+	d := mustDirect(t, db, "alice", "bob")
+	historytest.MustCommit(t, db, historytest.Draft(d.ID, "alice", "0", "warm"))
+	raw := rawConn(t, db)
+	tx, err := raw.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, lockLineSQL); err != nil {
+		t.Fatal(err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	if _, err := db.Commit(cctx, []history.Draft{historytest.Draft(d.ID, "alice", "1", "x")}); err != nil {
+		t.Fatalf("Commit while the line is locked: %v", err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := db.Stats(ctx, 0); err != nil || st.Depth != 4 {
+		t.Errorf("Stats %+v, %v; want depth 4", st, err)
 	}
 }

@@ -15,10 +15,12 @@
 -- outbox_line.below is the line of the last DeleteBelow that fell inside
 -- a record (some of its recipients acknowledged, some not): the record
 -- stays, and its rows under the line are deleted for every reader.
--- outbox_line.depth is the number of rows present, moved by Commit,
--- DeleteBelow and PurgeHistory in the transaction that changes the rows,
--- so Stats (the metrics scrape, the admin page) reads it instead of
--- counting every row.
+-- outbox_appended.rows counts the rows Commit ever appended and
+-- outbox_line.removed those DeleteBelow and PurgeHistory removed, each
+-- moved in the transaction that changes the rows, so Stats (the metrics
+-- scrape, the admin page) reads the depth as their difference instead of
+-- counting every row. Two rows, not one: a commit never waits for a GC
+-- transaction's row lock (and its fsync), nor GC for a commit.
 --
 -- The rows of schema 7 are packed at their own positions: the rows left
 -- of a message are a suffix of its run (DeleteBelow deletes prefixes, and
@@ -35,14 +37,19 @@ CREATE TABLE outbox_messages (
 );
 CREATE INDEX outbox_messages_history ON outbox_messages (history_id);
 CREATE TABLE outbox_line (
-    id    integer PRIMARY KEY CHECK (id = 1),
-    below bigint NOT NULL,
-    depth bigint NOT NULL
+    id      integer PRIMARY KEY CHECK (id = 1),
+    below   bigint NOT NULL,
+    removed bigint NOT NULL
+);
+CREATE TABLE outbox_appended (
+    id   integer PRIMARY KEY CHECK (id = 1),
+    rows bigint NOT NULL
 );
 INSERT INTO outbox_messages (id, history_id, recipients, n, created_at)
     SELECT max(id), history_id, array_agg(recipient ORDER BY id), count(*), min(created_at)
     FROM outbox GROUP BY history_id;
-INSERT INTO outbox_line (id, below, depth) VALUES (1, 0, (SELECT count(*) FROM outbox));
+INSERT INTO outbox_line (id, below, removed) VALUES (1, 0, 0);
+INSERT INTO outbox_appended (id, rows) VALUES (1, (SELECT count(*) FROM outbox));
 ALTER SEQUENCE outbox_id_seq OWNED BY outbox_messages.id;
 DROP TABLE outbox;
 
@@ -60,5 +67,6 @@ INSERT INTO outbox (id, recipient, history_id, created_at)
     FROM outbox_messages AS o, unnest(o.recipients) WITH ORDINALITY AS r(recipient, ord)
     WHERE o.id - o.n + r.ord >= (SELECT below FROM outbox_line)
     ORDER BY 1;
+DROP TABLE outbox_appended;
 DROP TABLE outbox_line;
 DROP TABLE outbox_messages;

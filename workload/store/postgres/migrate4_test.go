@@ -12,13 +12,11 @@ import (
 	"github.com/tetra-messenger/tetra/workload/store/migrations"
 )
 
-// TestMigration4Upgrades: chats of schema version 3 come through
-// migration 4 with their creator as admin (or, with no creator recorded,
-// the earliest member by id), shared history, joined at the creation, and
-// read as before.
-func TestMigration4Upgrades(t *testing.T) {
-	t.Parallel()
-	ctx := t.Context()
+// atVersion migrates a fresh database of the test's own up to version
+// and returns its URL and a database/sql handle on it, for an upgrade
+// test to fill before Open migrates the rest.
+func atVersion(t *testing.T, version int64) (string, *sql.DB) {
+	t.Helper()
 	url := testenv.Postgres(t)
 	raw, err := sql.Open("pgx", url)
 	if err != nil {
@@ -28,9 +26,20 @@ func TestMigration4Upgrades(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := p.UpTo(ctx, 3); err != nil {
+	if _, err := p.UpTo(t.Context(), version); err != nil {
 		t.Fatal(err)
 	}
+	return url, raw
+}
+
+// TestMigration4Upgrades: chats of schema version 3 come through
+// migration 4 with their creator as admin (or, with no creator recorded,
+// the earliest member by id), shared history, joined at the creation, and
+// read as before.
+func TestMigration4Upgrades(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	url, raw := atVersion(t, 3)
 	for _, stmt := range []string{
 		`INSERT INTO chats (id, kind, title, created_by, created_at) VALUES ('g1', 'group', 'one', 'alice', 1000), ('g2', 'group', 'two', '', 2000), ('d1', 'direct', '', '', 3000)`,
 		`INSERT INTO members (chat_id, user_id) VALUES ('g1', 'alice'), ('g1', 'bob'), ('g2', 'zed'), ('g2', 'bob'), ('d1', 'alice'), ('d1', 'bob')`,

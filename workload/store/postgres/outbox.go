@@ -120,17 +120,7 @@ func (db *DB) Scan(ctx context.Context, partition int32, after int64, limit int)
 		if len(to) != int(n) {
 			return nil, logUnavailable("scan", fmt.Errorf("record %d: %d recipients for n = %d", id, len(to), n))
 		}
-		first := id - int64(n) + 1
-		for i, r := range to {
-			pos := first + int64(i)
-			if pos <= after || pos < below {
-				continue
-			}
-			if len(out) == limit {
-				break
-			}
-			out = append(out, outbox.Row{Partition: Partition, Pos: pos, Recipient: r, Message: m, CreatedAt: fromNanos(created)})
-		}
+		out = storecore.AppendRecordRows(out, limit, id, to, after, below, m, fromNanos(created))
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {

@@ -2,21 +2,17 @@ package postgres
 
 import (
 	"context"
-	"database/sql"
 	"slices"
 	"strconv"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/pressly/goose/v3"
-
 	"github.com/tetra-messenger/tetra/internal/testenv"
 	"github.com/tetra-messenger/tetra/workload/history"
 	"github.com/tetra-messenger/tetra/workload/history/historytest"
 	"github.com/tetra-messenger/tetra/workload/outbox"
 	"github.com/tetra-messenger/tetra/workload/outbox/outboxtest"
-	"github.com/tetra-messenger/tetra/workload/store/migrations"
 )
 
 // TestOneRecordPerMessage: a commit writes one outbox record per message
@@ -59,77 +55,25 @@ func TestOneRecordPerMessage(t *testing.T) {
 	}
 }
 
-// TestDeleteBelowInsideARecord: a line inside a message's record deletes
-// the rows below it and no other: Scan, Stats and the counts DeleteBelow
-// returns see exactly the rows above it, across reopening, until a later
-// line passes the record and deletes it. Head never moves.
+// TestDeleteBelowInsideARecord: outboxtest.LineInsideARecord on
+// PostgreSQL.
 func TestDeleteBelowInsideARecord(t *testing.T) {
 	t.Parallel()
-	ctx := t.Context()
 	url := testenv.Postgres(t)
 	db := openDB(t, DefaultConfig(url))
-	g := mustGroup(t, db, "alice", "g", "bob", "carol", "dave")
-	res := historytest.MustCommit(t, db, historytest.Draft(g.ID, "alice", "1", "x"), historytest.Draft(g.ID, "bob", "2", "y"))
-	var rows []history.Delivery
-	for _, r := range res {
-		rows = append(rows, r.Deliveries...)
-	}
-	if len(rows) != 8 {
-		t.Fatalf("%d rows, want 8", len(rows))
-	}
-	head, err := db.Head(ctx, 0)
-	if err != nil || head != rows[7].Pos {
-		t.Fatalf("Head = %d, %v; want %d", head, err, rows[7].Pos)
-	}
-	check := func(name string, db *DB, from int) {
-		t.Helper()
-		got := outboxtest.ScanAll(t, db, 0, 0, 3)
-		if len(got) != 8-from {
-			t.Fatalf("%s: %d rows, want %d", name, len(got), 8-from)
+	outboxtest.LineInsideARecord(t, db, func() outboxtest.RecordStore {
+		if err := db.Close(); err != nil {
+			t.Fatal(err)
 		}
-		for i, r := range got {
-			if w := rows[from+i]; r.Pos != w.Pos || r.Recipient != w.Recipient {
-				t.Errorf("%s: row %d at %d for %s, want %d for %s", name, i, r.Pos, r.Recipient, w.Pos, w.Recipient)
-			}
+		db = openDB(t, DefaultConfig(url))
+		return db
+	}, func(s outboxtest.RecordStore) int {
+		var n int
+		if err := s.(*DB).pool.QueryRow(t.Context(), `SELECT count(*) FROM outbox_messages`).Scan(&n); err != nil {
+			t.Fatal(err)
 		}
-		st, err := db.Stats(ctx, 0)
-		if err != nil || st.Depth != int64(8-from) || st.Head != head {
-			t.Errorf("%s: Stats %+v, %v; want depth %d, head %d", name, st, err, 8-from, head)
-		}
-		if h, err := db.Head(ctx, 0); err != nil || h != head {
-			t.Errorf("%s: Head = %d, %v; want %d", name, h, err, head)
-		}
-	}
-	del := func(pos int64, want int64) {
-		t.Helper()
-		n, err := db.DeleteBelow(ctx, 0, pos)
-		if err != nil || n != want {
-			t.Fatalf("DeleteBelow(%d) = %d, %v; want %d", pos, n, err, want)
-		}
-	}
-	del(rows[2].Pos, 2) // inside the first record
-	check("line inside the first record", db, 2)
-	del(rows[2].Pos, 0)
-	del(rows[1].Pos, 0) // under the line: nothing
-	del(rows[3].Pos, 1)
-	check("line moved up inside the record", db, 3)
-	if err := db.Close(); err != nil {
-		t.Fatal(err)
-	}
-	db = openDB(t, DefaultConfig(url))
-	check("reopened", db, 3)
-	del(rows[6].Pos, 3) // the rest of the first record, and into the second
-	check("line inside the second record", db, 6)
-	var records int
-	if err := db.pool.QueryRow(ctx, `SELECT count(*) FROM outbox_messages`).Scan(&records); err != nil || records != 1 {
-		t.Errorf("%d records remain (%v), want 1", records, err)
-	}
-	del(head+1, 2) // past the last record
-	check("all deleted", db, 8)
-	next := historytest.MustCommit(t, db, historytest.Draft(g.ID, "carol", "3", "z"))
-	if p := next[0].Deliveries[0].Pos; p <= head {
-		t.Errorf("position %d after deleting all, not above the old head %d", p, head)
-	}
+		return n
+	})
 }
 
 // TestDeleteBelowInChunks: a prefix longer than deleteChunk positions is
@@ -157,33 +101,10 @@ func TestDeleteBelowInChunks(t *testing.T) {
 	}
 }
 
-// TestDepthFollowsPurge: PurgeHistory takes its messages' records with
-// them, and the depth goes down by their rows not already under a line.
+// TestDepthFollowsPurge: outboxtest.DepthFollowsPurge on PostgreSQL.
 func TestDepthFollowsPurge(t *testing.T) {
 	t.Parallel()
-	ctx := t.Context()
-	db := newDB(t)
-	g := mustGroup(t, db, "alice", "g", "bob", "carol")
-	old := time.Now().Add(-48 * time.Hour)
-	var drafts []history.Draft
-	for i, at := range []time.Time{old, old, time.Now()} {
-		d := historytest.Draft(g.ID, "alice", strconv.Itoa(i), "x")
-		d.SentAt = at
-		drafts = append(drafts, d)
-	}
-	res := historytest.MustCommit(t, db, drafts...)
-	// A line inside the first record: 2 of its 3 rows are gone already.
-	if n, err := db.DeleteBelow(ctx, 0, res[0].Deliveries[2].Pos); err != nil || n != 2 {
-		t.Fatalf("DeleteBelow = %d, %v; want 2", n, err)
-	}
-	if n, err := db.PurgeHistory(ctx, time.Now().Add(-24*time.Hour), 100); err != nil || n != 2 {
-		t.Fatalf("PurgeHistory = %d, %v; want the 2 old messages", n, err)
-	}
-	rows := outboxtest.ScanAll(t, db, 0, 0, 10)
-	st, err := db.Stats(ctx, 0)
-	if err != nil || st.Depth != 3 || len(rows) != 3 {
-		t.Errorf("after the purge: Stats %+v, %v, %d rows scanned; want depth 3 and 3 rows (the new message's)", st, err, len(rows))
-	}
+	outboxtest.DepthFollowsPurge(t, newDB(t))
 }
 
 // TestDepthUnderConcurrency: commits, DeleteBelow and PurgeHistory from
@@ -249,18 +170,7 @@ func TestDepthUnderConcurrency(t *testing.T) {
 func TestMigration8PacksTheOutbox(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	url := testenv.Postgres(t)
-	raw, err := sql.Open("pgx", url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := goose.NewProvider(goose.DialectPostgres, raw, migrations.Postgres(), goose.WithDisableGlobalRegistry(true))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := p.UpTo(ctx, 7); err != nil {
-		t.Fatal(err)
-	}
+	url, raw := atVersion(t, 7)
 	for _, stmt := range []string{
 		`INSERT INTO chats (id, kind, title, created_by, created_at) VALUES ('g1', 'group', 'one', 'alice', 1000)`,
 		`INSERT INTO members (chat_id, user_id, joined_at, admin_at) VALUES ('g1', 'alice', 1000, 1000), ('g1', 'bob', 1000, 0), ('g1', 'carol', 1000, 0)`,

@@ -7,94 +7,35 @@ import (
 	"log/slog"
 	"path/filepath"
 	"runtime"
-	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	msqlite "modernc.org/sqlite"
 
-	"github.com/tetra-messenger/tetra/workload/history"
 	"github.com/tetra-messenger/tetra/workload/history/historytest"
 	"github.com/tetra-messenger/tetra/workload/outbox"
 	"github.com/tetra-messenger/tetra/workload/outbox/outboxtest"
 	"github.com/tetra-messenger/tetra/workload/store/migrations"
 )
 
-// TestDeleteBelowInsideARecord: a line inside a message's record deletes
-// the rows below it and no other: Scan, Stats and the counts DeleteBelow
-// returns see exactly the rows above it, across reopening, until a later
-// line passes the record and deletes it. Head never moves.
+// TestDeleteBelowInsideARecord: outboxtest.LineInsideARecord on SQLite.
 func TestDeleteBelowInsideARecord(t *testing.T) {
 	t.Parallel()
-	ctx := t.Context()
 	path := filepath.Join(t.TempDir(), "tetra.db")
 	db := openDB(t, DefaultConfig(path))
-	g, err := db.CreateGroup(ctx, "alice", "g", []string{"bob", "carol", "dave"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	res := historytest.MustCommit(t, db, historytest.Draft(g.ID, "alice", "1", "x"), historytest.Draft(g.ID, "bob", "2", "y"))
-	var rows []history.Delivery
-	for _, r := range res {
-		rows = append(rows, r.Deliveries...)
-	}
-	if len(rows) != 8 {
-		t.Fatalf("%d rows, want 8", len(rows))
-	}
-	head, err := db.Head(ctx, 0)
-	if err != nil || head != rows[7].Pos {
-		t.Fatalf("Head = %d, %v; want %d", head, err, rows[7].Pos)
-	}
-	check := func(name string, db *DB, from int) {
-		t.Helper()
-		got := outboxtest.ScanAll(t, db, 0, 0, 3)
-		if len(got) != 8-from {
-			t.Fatalf("%s: %d rows, want %d", name, len(got), 8-from)
+	outboxtest.LineInsideARecord(t, db, func() outboxtest.RecordStore {
+		if err := db.Close(); err != nil {
+			t.Fatal(err)
 		}
-		for i, r := range got {
-			if w := rows[from+i]; r.Pos != w.Pos || r.Recipient != w.Recipient {
-				t.Errorf("%s: row %d at %d for %s, want %d for %s", name, i, r.Pos, r.Recipient, w.Pos, w.Recipient)
-			}
+		db = openDB(t, DefaultConfig(path))
+		return db
+	}, func(s outboxtest.RecordStore) int {
+		var n int
+		if err := s.(*DB).r.QueryRowContext(t.Context(), `SELECT count(*) FROM outbox_messages`).Scan(&n); err != nil {
+			t.Fatal(err)
 		}
-		st, err := db.Stats(ctx, 0)
-		if err != nil || st.Depth != int64(8-from) || st.Head != head {
-			t.Errorf("%s: Stats %+v, %v; want depth %d, head %d", name, st, err, 8-from, head)
-		}
-		if h, err := db.Head(ctx, 0); err != nil || h != head {
-			t.Errorf("%s: Head = %d, %v; want %d", name, h, err, head)
-		}
-	}
-	del := func(pos int64, want int64) {
-		t.Helper()
-		n, err := db.DeleteBelow(ctx, 0, pos)
-		if err != nil || n != want {
-			t.Fatalf("DeleteBelow(%d) = %d, %v; want %d", pos, n, err, want)
-		}
-	}
-	del(rows[2].Pos, 2) // inside the first record
-	check("line inside the first record", db, 2)
-	del(rows[2].Pos, 0)
-	del(rows[1].Pos, 0) // under the line: nothing
-	del(rows[3].Pos, 1)
-	check("line moved up inside the record", db, 3)
-	if err := db.Close(); err != nil {
-		t.Fatal(err)
-	}
-	db = openDB(t, DefaultConfig(path))
-	check("reopened", db, 3)
-	del(rows[6].Pos, 3) // the rest of the first record, and into the second
-	check("line inside the second record", db, 6)
-	var records int
-	if err := db.r.QueryRowContext(ctx, `SELECT count(*) FROM outbox_messages`).Scan(&records); err != nil || records != 1 {
-		t.Errorf("%d records remain (%v), want 1", records, err)
-	}
-	del(head+1, 2) // past the last record: deleteRecords, not cutRecord
-	check("all deleted", db, 8)
-	next := historytest.MustCommit(t, db, historytest.Draft(g.ID, "carol", "3", "z"))
-	if p := next[0].Deliveries[0].Pos; p <= head {
-		t.Errorf("position %d after deleting all, not above the old head %d", p, head)
-	}
+		return n
+	})
 }
 
 // TestMigration7PacksTheOutbox: the outbox rows of schema version 6 come
@@ -179,38 +120,10 @@ func TestRefusesANewerSchema(t *testing.T) {
 	}
 }
 
-// TestDepthFollowsPurge: the outbox depth Stats reports (outbox_line.depth,
-// schema version 8) goes down with the records PurgeHistory deletes, the
-// rows under a line not counted twice, and stays equal to the rows Scan
-// returns.
+// TestDepthFollowsPurge: outboxtest.DepthFollowsPurge on SQLite.
 func TestDepthFollowsPurge(t *testing.T) {
 	t.Parallel()
-	ctx := t.Context()
-	db := newDB(t)
-	g, err := db.CreateGroup(ctx, "alice", "g", []string{"bob", "carol"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	old := time.Now().Add(-48 * time.Hour)
-	var drafts []history.Draft
-	for i, at := range []time.Time{old, old, time.Now()} {
-		d := historytest.Draft(g.ID, "alice", strconv.Itoa(i), "x")
-		d.SentAt = at
-		drafts = append(drafts, d)
-	}
-	res := historytest.MustCommit(t, db, drafts...)
-	// A line inside the first record: 2 of its 3 rows are gone already.
-	if n, err := db.DeleteBelow(ctx, 0, res[0].Deliveries[2].Pos); err != nil || n != 2 {
-		t.Fatalf("DeleteBelow = %d, %v; want 2", n, err)
-	}
-	if n, err := db.PurgeHistory(ctx, time.Now().Add(-24*time.Hour), 100); err != nil || n != 2 {
-		t.Fatalf("PurgeHistory = %d, %v; want the 2 old messages", n, err)
-	}
-	rows := outboxtest.ScanAll(t, db, 0, 0, 10)
-	st, err := db.Stats(ctx, 0)
-	if err != nil || st.Depth != 3 || len(rows) != 3 {
-		t.Errorf("after the purge: Stats %+v, %v, %d rows scanned; want depth 3 and 3 rows (the new message's)", st, err, len(rows))
-	}
+	outboxtest.DepthFollowsPurge(t, newDB(t))
 }
 
 // TestMigration8CountsTheOutbox: a schema-7 outbox, its oldest record cut

@@ -99,14 +99,42 @@ func (db *DB) Scan(ctx context.Context, partition int32, after int64, limit int)
 		return nil, fmt.Errorf("postgres: outbox scan: limit %d, want at least 1", limit)
 	}
 	// Every record read has a row above after, so limit records hold
-	// limit rows, but for the one the line cuts: one more.
-	rows, err := db.pool.Query(ctx, scanQuery, after, int64(limit)+1)
+	// limit rows, but for the one the line cuts: one more. A record holds
+	// a row per recipient, so in big groups far fewer do: the records are
+	// read in pages, the first of at most scanFirstRecords, each next one
+	// sized by the rows per record seen so far.
+	var out []outbox.Row
+	from, recs := after, int64(min(limit+1, scanFirstRecords))
+	for {
+		got, rowsSeen, last, err := db.scanPage(ctx, &out, limit, after, from, recs)
+		if err != nil {
+			return nil, logUnavailable("scan", err)
+		}
+		if len(out) >= limit || got < recs {
+			break
+		}
+		perRecord := max(rowsSeen/got, 1)
+		from, recs = last, min(int64(limit+1), int64(limit-len(out))/perRecord+1)
+	}
+	if out == nil {
+		out = []outbox.Row{}
+	}
+	return out, nil
+}
+
+// scanFirstRecords is the most records Scan reads in its first page.
+const scanFirstRecords = 256
+
+// scanPage reads up to recs records above the record id from, appending
+// their rows above after to *out until it holds limit, and returns how
+// many records it read, how many rows they held and the last one's id.
+func (db *DB) scanPage(ctx context.Context, out *[]outbox.Row, limit int, after, from, recs int64) (got, rowsSeen, last int64, err error) {
+	rows, err := db.pool.Query(ctx, scanQuery, from, recs)
 	if err != nil {
-		return nil, logUnavailable("scan", err)
+		return 0, 0, 0, err
 	}
 	defer rows.Close()
-	var out []outbox.Row
-	for len(out) < limit && rows.Next() {
+	for rows.Next() {
 		var m history.Message
 		var to []string
 		var id, created, below int64
@@ -115,21 +143,19 @@ func (db *DB) Scan(ctx context.Context, partition int32, after int64, limit int)
 		err := rows.Scan(append([]any{&id, &n, &to, &created, &below}, dest...)...)
 		done()
 		if err != nil {
-			return nil, logUnavailable("scan", err)
+			return 0, 0, 0, err
 		}
 		if len(to) != int(n) {
-			return nil, logUnavailable("scan", fmt.Errorf("record %d: %d recipients for n = %d", id, len(to), n))
+			return 0, 0, 0, fmt.Errorf("record %d: %d recipients for n = %d", id, len(to), n)
 		}
-		out = storecore.AppendRecordRows(out, limit, id, to, after, below, m, fromNanos(created))
+		got, rowsSeen, last = got+1, rowsSeen+int64(n), id
+		*out = storecore.AppendRecordRows(*out, limit, id, to, after, below, m, fromNanos(created))
+		if len(*out) >= limit {
+			break
+		}
 	}
 	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, logUnavailable("scan", err)
-	}
-	if out == nil {
-		out = []outbox.Row{}
-	}
-	return out, nil
+	return got, rowsSeen, last, rows.Err()
 }
 
 // deleteChunk is the most positions one DeleteBelow transaction covers:

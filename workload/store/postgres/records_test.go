@@ -236,3 +236,113 @@ func TestCommitDoesNotWaitForTheLine(t *testing.T) {
 		t.Errorf("Stats %+v, %v; want depth 4", st, err)
 	}
 }
+
+// TestScanPagesBigRecords: Scan reads records in pages sized by the rows
+// per record seen (scanPage), and still returns exactly the rows above
+// after, in order, up to limit, from anywhere in a log of big and small
+// records.
+func TestScanPagesBigRecords(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db := newDB(t)
+	members := make([]string, 39)
+	for i := range members {
+		members[i] = "m" + strconv.Itoa(i)
+	}
+	g := mustGroup(t, db, "alice", "big", members...)
+	d := mustDirect(t, db, "alice", "bob")
+	var want []outbox.Row
+	for b := range 10 {
+		var drafts []history.Draft
+		for i := range 30 {
+			chat := g.ID
+			if i%3 == 0 {
+				chat = d.ID
+			}
+			drafts = append(drafts, historytest.Draft(chat, "alice", strconv.Itoa(b*100+i), "x"))
+		}
+		for _, r := range historytest.MustCommit(t, db, drafts...) {
+			for _, dl := range r.Deliveries {
+				want = append(want, outbox.Row{Pos: dl.Pos, Recipient: dl.Recipient})
+			}
+		}
+	}
+	if len(want) != 10*(20*40+10*2) {
+		t.Fatalf("%d rows, want %d", len(want), 10*(20*40+10*2))
+	}
+	for _, from := range []int{0, 1, 17, 500, len(want) - 3} {
+		after := want[from].Pos - 1
+		for _, limit := range []int{1, 7, 300, 2000, 100000} {
+			got, err := db.Scan(ctx, 0, after, limit)
+			if err != nil {
+				t.Fatal(err)
+			}
+			exp := want[from:min(from+limit, len(want))]
+			if len(got) != len(exp) {
+				t.Errorf("Scan(after %d, limit %d): %d rows, want %d", after, limit, len(got), len(exp))
+				continue
+			}
+			for i := range exp {
+				if got[i].Pos != exp[i].Pos || got[i].Recipient != exp[i].Recipient {
+					t.Errorf("Scan(after %d, limit %d): row %d at %d for %s, want %d for %s", after, limit, i, got[i].Pos, got[i].Recipient, exp[i].Pos, exp[i].Recipient)
+					break
+				}
+			}
+		}
+	}
+}
+
+// TestMigration8WaitsForOldWriters: a process of the previous build that
+// commits while migration 8 runs (a rolling upgrade) neither loses its
+// outbox rows nor skews the depth: the migration locks the old outbox
+// first, so it packs the rows of a transaction that was open when it began
+// once that transaction commits. Without the lock, the pack missed them
+// and the DROP that followed deleted them.
+func TestMigration8WaitsForOldWriters(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	url, raw := atVersion(t, 7)
+	for _, stmt := range []string{
+		`INSERT INTO chats (id, kind, title, created_by, created_at) VALUES ('g1', 'group', 'one', 'alice', 1000)`,
+		`INSERT INTO members (chat_id, user_id, joined_at, admin_at) VALUES ('g1', 'alice', 1000, 1000), ('g1', 'bob', 1000, 0)`,
+	} {
+		if _, err := raw.ExecContext(ctx, stmt); err != nil {
+			t.Fatalf("%s: %v", stmt, err)
+		}
+	}
+	old, err := raw.BeginTx(ctx, nil) // the old build's commit, still open
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Rollback()
+	for _, stmt := range []string{
+		`INSERT INTO history (id, message_id, chat_id, sender_id, correlation_id, body, sent_at) VALUES (1, 'm1', 'g1', 'alice', 'k1', 'one', 2000)`,
+		`INSERT INTO outbox (recipient, history_id, created_at) VALUES ('alice', 1, 2000), ('bob', 1, 2000)`,
+	} {
+		if _, err := old.ExecContext(ctx, stmt); err != nil {
+			t.Fatalf("%s: %v", stmt, err)
+		}
+	}
+	opened := make(chan *DB, 1)
+	go func() {
+		db, err := Open(ctx, DefaultConfig(url))
+		if err != nil {
+			t.Errorf("Open: %v", err)
+		}
+		opened <- db
+	}()
+	time.Sleep(500 * time.Millisecond) // the migration is under way, waiting or not
+	if err := old.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	db := <-opened
+	if db == nil {
+		return
+	}
+	defer db.Close()
+	rows := outboxtest.ScanAll(t, db, 0, 0, 10)
+	st, err := db.Stats(ctx, 0)
+	if err != nil || len(rows) != 2 || st.Depth != 2 {
+		t.Errorf("after migration 8: %d rows scanned, Stats %+v, %v; want the old commit's 2 rows, depth 2", len(rows), st, err)
+	}
+}

@@ -26,8 +26,18 @@
 -- of a message are a suffix of its run (DeleteBelow deletes prefixes, and
 -- a message's rows were drawn one after another under the append lock), so
 -- the record's id is the highest of their ids and n their count.
+--
+-- The migration first locks the old outbox against every write: a process
+-- of the previous build still running (a rolling upgrade) waits, and its
+-- commit or GC delete then fails on the dropped table (the send is
+-- answered unavailable and stored nothing; the rows are not deleted), so
+-- no row is packed twice, left out or counted wrong. Until it is replaced,
+-- such a process refuses every send: upgrade across this version by
+-- replacing the old processes (the operator's Recreate, or stop them
+-- first), or accept that they refuse sends meanwhile.
 
 -- +goose Up
+LOCK TABLE outbox IN EXCLUSIVE MODE;
 CREATE TABLE outbox_messages (
     id         bigint PRIMARY KEY,
     history_id bigint NOT NULL,
@@ -54,6 +64,7 @@ ALTER SEQUENCE outbox_id_seq OWNED BY outbox_messages.id;
 DROP TABLE outbox;
 
 -- +goose Down
+LOCK TABLE outbox_messages, outbox_line, outbox_appended IN EXCLUSIVE MODE;
 CREATE TABLE outbox (
     id         bigint NOT NULL DEFAULT nextval('outbox_id_seq') PRIMARY KEY,
     recipient  text COLLATE "C" NOT NULL,

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 
@@ -188,4 +189,64 @@ func mustGlob(t *testing.T) []string {
 		t.Fatalf("migration files: %v, %v", m, err)
 	}
 	return m
+}
+
+// TestMigration9ReordersTheKey: history comes through migration 9's
+// rebuild with every row and id, its AUTOINCREMENT counter (a purged top
+// id is not reused), its indexes, and the idempotency key ordered by
+// correlationId first; a resend of a message stored before the upgrade is
+// still answered with the original, and outbox_messages still refers to
+// history.
+func TestMigration9ReordersTheKey(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	path, raw := atVersion(t, 8)
+	for _, stmt := range []string{
+		`INSERT INTO chats (id, kind, title, created_by, created_at) VALUES ('g1', 'group', 'one', 'alice', 1000)`,
+		`INSERT INTO members (chat_id, user_id, joined_at, admin_at) VALUES ('g1', 'alice', 1000, 1000), ('g1', 'bob', 1000, 0)`,
+		`INSERT INTO history (id, message_id, chat_id, sender_id, correlation_id, body, sent_at) VALUES
+			(1, 'm1', 'g1', 'alice', 'k1', 'one', 2000), (2, 'm2', 'g1', 'bob', 'k2', 'two', 3000), (5, 'm5', 'g1', 'alice', 'k5', 'five', 4000)`,
+		`UPDATE sqlite_sequence SET seq = 9 WHERE name = 'history'`, // 6 to 9 were purged
+		`INSERT INTO outbox_messages (id, history_id, recipients, n, created_at) VALUES (2, 5, '["alice","bob"]', 2, 4000)`,
+	} {
+		if _, err := raw.ExecContext(ctx, stmt); err != nil {
+			t.Fatalf("%s: %v", stmt, err)
+		}
+	}
+	raw.Close()
+	db := openDB(t, DefaultConfig(path))
+	msgs, _, err := db.Page(ctx, "g1", "", 10)
+	if err != nil || len(msgs) != 3 || msgs[2].ID != "m5" || msgs[2].Seq != 5 || msgs[2].Body != "five" {
+		t.Fatalf("history after migration 9: %+v, %v", msgs, err)
+	}
+	var cols []string
+	rows, err := db.r.QueryContext(ctx, `SELECT x.name FROM pragma_index_list('history') AS l, pragma_index_xinfo(l.name) AS x
+		WHERE l."unique" AND x.key AND l.origin = 'u' AND x.name <> 'message_id' ORDER BY x.seqno`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var c string
+		if err := rows.Scan(&c); err != nil {
+			t.Fatal(err)
+		}
+		cols = append(cols, c)
+	}
+	if err := rows.Err(); err != nil || !slices.Equal(cols, []string{"correlation_id", "sender_id"}) {
+		t.Errorf("the idempotency key's columns: %v, %v; want correlation_id, sender_id", cols, err)
+	}
+	res := historytest.MustCommit(t, db, historytest.Draft("g1", "alice", "k5", "five"), historytest.Draft("g1", "bob", "k6", "six"))
+	if !res[0].Duplicate || res[0].Message.ID != "m5" {
+		t.Errorf("resend of k5: %+v, want the original m5 as a duplicate", res[0])
+	}
+	if res[1].Message.Seq != 10 {
+		t.Errorf("new message at Seq %d, want 10 (ids 6 to 9 were used once)", res[1].Message.Seq)
+	}
+	if got := outboxtest.ScanAll(t, db, 0, 0, 10); len(got) != 4 || got[0].Message.ID != "m5" {
+		t.Errorf("outbox after migration 9: %+v", got)
+	}
+	var fk string
+	if err := db.r.QueryRowContext(ctx, `SELECT "table" FROM pragma_foreign_key_list('outbox_messages')`).Scan(&fk); err != nil || fk != "history" {
+		t.Errorf("outbox_messages refers to %q (%v), want history", fk, err)
+	}
 }

@@ -58,7 +58,11 @@ const maxCommitAttempts = 8
 // The insert checks that the membership epoch has not moved since the
 // member lists were read; if it has (a member was added meanwhile), or
 // another transaction took a key or message id in between, nothing is
-// written and Commit starts over.
+// written and Commit starts over. An attempt that fails because the
+// database ended the pooled connection's session (a restart, a failover,
+// pg_terminate_backend; most often while the connection sat idle in the
+// pool) is tried once more, on a connection the pool pings first
+// (DB.noteLost), so such an event fails no batch on its own.
 func (db *DB) Commit(ctx context.Context, drafts []history.Draft) ([]history.Result, error) {
 	return db.commit(ctx, drafts, nil)
 }
@@ -82,8 +86,19 @@ func (db *DB) commit(ctx context.Context, drafts []history.Draft, hooks *commitH
 	if !optimistic {
 		db.readFirst.Add(-1)
 	}
+	retried := false
 	for attempt := 1; ; attempt++ {
 		results, again, err := db.commitOnce(ctx, drafts, hooks, optimistic)
+		if err != nil && !retried && ctx.Err() == nil && errors.Is(err, errConnLost) {
+			// The pooled connection was dead (its session ended while it
+			// sat idle: a restart, a failover, pg_terminate_backend). Try
+			// once more on a connection the pool pings first. If the
+			// first try did commit (the session ended after COMMIT), the
+			// second finds its keys and reports Duplicate with the
+			// originals, as for a client's resend (history.CheckResend).
+			retried = true
+			continue
+		}
 		if optimistic && again {
 			// The bet was lost (a resend, most likely, when clients
 			// reconnect and replay their sends): the next commits read
@@ -139,6 +154,7 @@ func (db *DB) commitOnce(ctx context.Context, drafts []history.Draft, hooks *com
 	}
 	defer conn.Release()
 	defer rollback(conn) // a no-op once committed
+	defer db.noteLost(conn, &err)
 
 	if err := r.read(ctx, conn, chats, senders, correlations, ids); err != nil {
 		return nil, false, err
@@ -212,6 +228,7 @@ func (r *commitRun) optimistic(ctx context.Context, hooks *commitHooks) (results
 	}
 	defer conn.Release()
 	defer rollback(conn) // a no-op once committed
+	defer r.db.noteLost(conn, &err)
 	if hooks != nil && hooks.afterRead != nil {
 		hooks.afterRead(ctx)
 	}

@@ -71,6 +71,10 @@ type DB struct {
 	// settleOff skips LockInstance's second look (tests that need a
 	// process started in the gap).
 	settleOff bool
+	// pingUntil (Unix nanoseconds) is until when every connection the
+	// pool hands out is pinged first: set for pingAfterLoss when a pooled
+	// connection turned out dead (see noteLost).
+	pingUntil atomic.Int64
 
 	closeOnce sync.Once
 }
@@ -97,6 +101,9 @@ func open(ctx context.Context, cfg Config, tweak func(*pgxpool.Config)) (*DB, er
 	}
 	db := &DB{cfg: cfg, target: target(pc)}
 	db.Methods = storecore.Methods{Backend: core{db}}
+	if pc.ShouldPing == nil {
+		pc.ShouldPing = db.shouldPing
+	}
 	db.pool, err = pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, db.unreachable(err)
@@ -217,6 +224,38 @@ func storable(s string) bool { return storecore.Storable(s) }
 // rollback ends the transaction open on conn, if any, so the connection can
 // go back to the pool; when that fails the pool discards the connection on
 // Release.
+// pingAfterLoss is how long, after a pooled connection turned out dead,
+// every connection the pool hands out is pinged first (DB.noteLost).
+const pingAfterLoss = 2 * time.Second
+
+// errConnLost marks a failure on a pooled connection that the failure
+// closed (DB.noteLost): the database ended its session (a restart, a
+// failover, pg_terminate_backend), most often while the connection sat
+// idle in the pool, so the first statement sent on it failed.
+var errConnLost = errors.New("the database ended the connection's session")
+
+// shouldPing is the pool's ShouldPing: pgxpool's own rule (a connection
+// idle for more than a second is pinged before it is handed out), and
+// every connection while pingUntil is ahead, so that after one dead
+// connection was found the others the same event ended are found by a
+// ping (and replaced) rather than by a failed statement.
+func (db *DB) shouldPing(_ context.Context, p pgxpool.ShouldPingParams) bool {
+	return p.IdleDuration > time.Second || time.Now().UnixNano() < db.pingUntil.Load()
+}
+
+// noteLost runs deferred, before conn is released, in an operation whose
+// named error is *err: when that failed and conn is closed, the session
+// was lost under the operation (or the operation's context ended, which
+// closes the connection too). It then wraps *err with errConnLost and has
+// the pool ping what it hands out for pingAfterLoss.
+func (db *DB) noteLost(conn *pgxpool.Conn, err *error) {
+	if *err == nil || !conn.Conn().PgConn().IsClosed() {
+		return
+	}
+	db.pingUntil.Store(time.Now().Add(pingAfterLoss).UnixNano())
+	*err = fmt.Errorf("%w (%w)", *err, errConnLost)
+}
+
 func rollback(conn *pgxpool.Conn) {
 	pc := conn.Conn().PgConn()
 	if pc.IsClosed() || pc.TxStatus() == 'I' {

@@ -1,0 +1,97 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tetra-messenger/tetra/workload/history"
+	"github.com/tetra-messenger/tetra/workload/history/historytest"
+)
+
+// TestCommitSurvivesEndedSessions ends the sessions of every pooled
+// connection while they sit idle (pg_terminate_backend, as a restart or a
+// failover does) and commits at once, before pgxpool's own ping (for a
+// connection idle over a second) would notice: each Commit must succeed
+// on a connection the pool replaced, storing each message once. Rounds 1
+// (member lists not cached) and 3 commit on the reading attempt, the
+// others on the optimistic one. It fails without the retry of
+// DB.commit and DB.noteLost.
+func TestCommitSurvivesEndedSessions(t *testing.T) {
+	t.Parallel()
+	db := newDB(t, func(c *Config) { c.MaxConns = 4 })
+	ctx := t.Context()
+	chat := mustDirect(t, db, "alice", "bob")
+	raw := rawConn(t, db)
+	var all []history.Draft
+	var seqs []int64
+	for round := 1; round <= 5; round++ {
+		if round == 3 {
+			db.readFirst.Store(1) // the next Commit reads first
+		}
+		fillPool(t, db, 4)
+		endSessions(t, raw)
+		d := historytest.Draft(chat.ID, "alice", fmt.Sprint("round-", round), "hello")
+		res, err := db.Commit(ctx, []history.Draft{d})
+		if err != nil {
+			t.Fatalf("round %d: Commit after the pooled sessions ended: %v", round, err)
+		}
+		if res[0].Err != nil || res[0].Duplicate {
+			t.Fatalf("round %d: %+v, want the message stored", round, res[0])
+		}
+		all = append(all, d)
+		seqs = append(seqs, res[0].Message.Seq)
+	}
+	// Each message is in history once: a resend of all of them finds
+	// every one, at its first Seq.
+	res := historytest.MustCommit(t, db, all...)
+	for i, r := range res {
+		if !r.Duplicate || r.Message.Seq != seqs[i] {
+			t.Errorf("resend %d: duplicate %v at %d, want a duplicate at %d", i, r.Duplicate, r.Message.Seq, seqs[i])
+		}
+	}
+}
+
+// fillPool has the store's pool hold n open connections, idle.
+func fillPool(t *testing.T, db *DB, n int) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for range n {
+		wg.Go(func() {
+			_, err := db.pool.Exec(t.Context(), `SELECT pg_sleep(0.05)`)
+			errs <- err
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// endSessions ends every other session of raw's database and waits until
+// they are gone.
+func endSessions(t *testing.T, raw *pgx.Conn) {
+	t.Helper()
+	const others = `FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()`
+	var ended int
+	if err := raw.QueryRow(t.Context(), `SELECT count(pg_terminate_backend(pid)) `+others).Scan(&ended); err != nil {
+		t.Fatal(err)
+	}
+	if ended == 0 {
+		t.Fatal("no pooled session to end: the test would prove nothing")
+	}
+	until(t, "the ended sessions are gone", func() bool {
+		var n int
+		if err := raw.QueryRow(context.Background(), `SELECT count(*) `+others).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n == 0
+	})
+}

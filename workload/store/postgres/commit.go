@@ -76,6 +76,9 @@ type commitHooks struct {
 	// beforeCommit runs with the lock held and the rows inserted, before
 	// COMMIT, which then goes in a round trip of its own.
 	beforeCommit func(ctx context.Context)
+	// afterCommit, when not empty, is a statement queued after COMMIT in
+	// the write round trip (a session that ends right after COMMIT).
+	afterCommit string
 }
 
 func (db *DB) commit(ctx context.Context, drafts []history.Draft, hooks *commitHooks) ([]history.Result, error) {
@@ -154,7 +157,7 @@ func (db *DB) commitOnce(ctx context.Context, drafts []history.Draft, hooks *com
 	}
 	defer conn.Release()
 	defer rollback(conn) // a no-op once committed
-	defer db.noteLost(conn, &err)
+	defer db.noteLost(ctx, conn, &err)
 
 	if err := r.read(ctx, conn, chats, senders, correlations, ids); err != nil {
 		return nil, false, err
@@ -228,7 +231,7 @@ func (r *commitRun) optimistic(ctx context.Context, hooks *commitHooks) (results
 	}
 	defer conn.Release()
 	defer rollback(conn) // a no-op once committed
-	defer r.db.noteLost(conn, &err)
+	defer r.db.noteLost(ctx, conn, &err)
 	if hooks != nil && hooks.afterRead != nil {
 		hooks.afterRead(ctx)
 	}
@@ -513,6 +516,9 @@ func (r *commitRun) write(ctx context.Context, conn *pgxpool.Conn, hooks *commit
 	pause := hooks != nil && hooks.beforeCommit != nil
 	if !pause {
 		b.Queue(`COMMIT`)
+		if hooks != nil && hooks.afterCommit != "" {
+			b.Queue(hooks.afterCommit)
+		}
 	}
 	type out struct {
 		kind int
@@ -521,6 +527,7 @@ func (r *commitRun) write(ctx context.Context, conn *pgxpool.Conn, hooks *commit
 		ref  int64
 	}
 	var outs []out
+	committed := false // COMMIT answered COMMIT
 	br := conn.SendBatch(ctx, b)
 	err = func() error {
 		if begin {
@@ -546,11 +553,20 @@ func (r *commitRun) write(ctx context.Context, conn *pgxpool.Conn, hooks *commit
 			}
 		}
 		if !pause {
-			return commitTag(br.Exec())
+			if err := commitTag(br.Exec()); err != nil {
+				return err
+			}
+			committed = true
 		}
 		return nil
 	}()
-	if cerr := br.Close(); err == nil {
+	// Once COMMIT has answered, the batch is stored whatever Close meets
+	// after it: the session may end before the batch's final
+	// ReadyForQuery (a restart, pg_terminate_backend), and reporting the
+	// batch failed would answer its senders with an error for messages
+	// that are in history (PROTOCOL.md §3: a send that got an error was
+	// not stored).
+	if cerr := br.Close(); err == nil && !committed {
 		err = cerr
 	}
 	if err == nil && pause {

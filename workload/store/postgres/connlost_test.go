@@ -95,3 +95,33 @@ func endSessions(t *testing.T, raw *pgx.Conn) {
 		return n == 0
 	})
 }
+
+// TestCommitStoredWhenSessionEndsAfterCommit ends the session right after
+// COMMIT has answered, in the same round trip (a statement queued after
+// COMMIT terminates its own backend, so FATAL comes before the batch's
+// final ReadyForQuery): the batch is stored, and Commit must report it
+// stored as new messages (with their outbox deliveries), not fail it, nor
+// report the originals as duplicates of themselves. It fails when the
+// error that follows COMMIT is reported: the retry of DB.commit then
+// answers the batch as duplicates of itself, with no deliveries.
+func TestCommitStoredWhenSessionEndsAfterCommit(t *testing.T) {
+	t.Parallel()
+	db := newDB(t)
+	ctx := t.Context()
+	chat := mustDirect(t, db, "alice", "bob")
+	hooks := &commitHooks{afterCommit: `SELECT pg_terminate_backend(pg_backend_pid())`}
+	for _, attempt := range []string{"reading", "optimistic"} {
+		d := historytest.Draft(chat.ID, "alice", "after-commit-"+attempt, "hello")
+		res, err := db.commit(ctx, []history.Draft{d}, hooks)
+		if err != nil {
+			t.Fatalf("%s attempt: Commit with the session ended after COMMIT: %v", attempt, err)
+		}
+		if r := res[0]; r.Err != nil || r.Duplicate || len(r.Deliveries) != 2 {
+			t.Fatalf("%s attempt: %+v, want a new message with 2 deliveries", attempt, r)
+		}
+		again := historytest.MustCommit(t, db, d)
+		if !again[0].Duplicate || again[0].Message.Seq != res[0].Message.Seq {
+			t.Fatalf("%s attempt: the resend = %+v, want a duplicate of Seq %d", attempt, again[0], res[0].Message.Seq)
+		}
+	}
+}

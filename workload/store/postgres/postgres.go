@@ -221,9 +221,6 @@ const (
 // (storecore.Storable). A lookup key that is not storable matches no row.
 func storable(s string) bool { return storecore.Storable(s) }
 
-// rollback ends the transaction open on conn, if any, so the connection can
-// go back to the pool; when that fails the pool discards the connection on
-// Release.
 // pingAfterLoss is how long, after a pooled connection turned out dead,
 // every connection the pool hands out is pinged first (DB.noteLost).
 const pingAfterLoss = 2 * time.Second
@@ -243,19 +240,23 @@ func (db *DB) shouldPing(_ context.Context, p pgxpool.ShouldPingParams) bool {
 	return p.IdleDuration > time.Second || time.Now().UnixNano() < db.pingUntil.Load()
 }
 
-// noteLost runs deferred, before conn is released, in an operation whose
-// named error is *err: when that failed and conn is closed, the session
-// was lost under the operation (or the operation's context ended, which
-// closes the connection too). It then wraps *err with errConnLost and has
-// the pool ping what it hands out for pingAfterLoss.
-func (db *DB) noteLost(conn *pgxpool.Conn, err *error) {
-	if *err == nil || !conn.Conn().PgConn().IsClosed() {
+// noteLost runs deferred, before conn is released, in an operation on
+// ctx whose named error is *err: when that failed and conn is closed while
+// ctx is still live (an ended context closes the connection too: a store
+// timeout, not a lost session), the session was lost under the operation.
+// It then wraps *err with errConnLost and has the pool ping what it hands
+// out for pingAfterLoss.
+func (db *DB) noteLost(ctx context.Context, conn *pgxpool.Conn, err *error) {
+	if *err == nil || ctx.Err() != nil || !conn.Conn().PgConn().IsClosed() {
 		return
 	}
 	db.pingUntil.Store(time.Now().Add(pingAfterLoss).UnixNano())
 	*err = fmt.Errorf("%w (%w)", *err, errConnLost)
 }
 
+// rollback ends the transaction open on conn, if any, so the connection can
+// go back to the pool; when that fails the pool discards the connection on
+// Release.
 func rollback(conn *pgxpool.Conn) {
 	pc := conn.Conn().PgConn()
 	if pc.IsClosed() || pc.TxStatus() == 'I' {

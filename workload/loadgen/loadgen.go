@@ -213,6 +213,7 @@ type Report struct {
 	Sent               int64            // send calls made
 	Accepted           int64            // answered accepted
 	SendErrors         map[string]int64 // sends that ended in an error, by code ("gave-up": unanswered at the deadline)
+	SendsRetried       int64            // send frames written again with the same correlationId: answered overloaded or a limit (retried, so in no SendErrors), or replayed after a reconnect
 	AchievedRate       float64          // accepted per second of the send phase
 	Expected           int64            // pairs: accepted x (group size - 1)
 	Received           int64            // pairs the recipients' clients reported (live or their own history syncs)
@@ -305,6 +306,7 @@ func (r *Report) String() string {
 	if len(r.SendErrors) > 0 {
 		p("send errors", r.SendErrors)
 	}
+	p("sends retried", fmt.Sprintf("%d (answered overloaded or a limit, or replayed after a reconnect)", r.SendsRetried))
 	p("expected deliveries", r.Expected)
 	p("received", r.Received)
 	p("recovered at end", r.RecoveredAtEnd)
@@ -951,6 +953,7 @@ func (r *run) report(ctx context.Context, sendPhase time.Duration) *Report {
 		rep.Frames += st.MessageFrames
 		rep.Duplicates += st.DuplicateFrames
 		rep.Reconnects += st.Reconnects
+		rep.SendsRetried += st.SendsRetried
 		rep.FromHistory += st.FromHistory
 		switch m.kind {
 		case stuckClient:

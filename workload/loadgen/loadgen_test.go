@@ -54,7 +54,7 @@ func TestPairsReconcileWithNothingLost(t *testing.T) {
 
 func TestReportStatesLoadgenCPUPerFrame(t *testing.T) {
 	t.Parallel()
-	rep := &Report{Clients: 2, GroupSize: 2, Frames: 1000, ServerPeakRSS: 1 << 20, ServerCPUSeconds: 3,
+	rep := &Report{Clients: 2, GroupSize: 2, Frames: 1000, ServerPeakRSS: 1 << 20, ServerCPUSeconds: 3, SendsRetried: 7,
 		LoadgenCPUWindow: 1500 * time.Millisecond, LoadgenCPUWindowUser: time.Second, LoadgenCPUWindowSys: 500 * time.Millisecond,
 		LoadgenWindow: 21 * time.Second, LoadgenCPUTotal: 2 * time.Second}
 	s := rep.String()
@@ -64,6 +64,9 @@ func TestReportStatesLoadgenCPUPerFrame(t *testing.T) {
 	}
 	if strings.Contains(s, "separable") {
 		t.Fatalf("a child-process server is separable:\n%s", s)
+	}
+	if !strings.Contains(s, "\nsends retried            7 (") {
+		t.Fatalf("the report does not state the sends retried (answers such as overloaded, which end in no error):\n%s", s)
 	}
 	rep.LoadgenCPUWindow = 0
 	if s := rep.String(); strings.Contains(s, "loadgen CPU") {

@@ -106,6 +106,9 @@ type Backends struct {
 	// Prober is the unwrapped store's write probe (/readyz while commits
 	// fail); nil when the store has none.
 	Prober history.WriteProber
+	// Sessions reads the PostgreSQL store's counts of sessions the
+	// database ended (postgres.DB.SessionStats); nil with SQLite.
+	Sessions func() postgres.SessionStats
 	// Outbox is the outbox log: the store itself, or the Kafka topic.
 	Outbox outbox.Log
 	// Feed is the store's history feed, which the Kafka relay follows.
@@ -200,6 +203,9 @@ func (b *Backends) open(ctx context.Context) error {
 		return err
 	}
 	b.Prober, _ = b.Store.(history.WriteProber)
+	if db, ok := b.Store.(*postgres.DB); ok {
+		b.Sessions = db.SessionStats
+	}
 	if b.cfg.WrapStore != nil {
 		b.Store = b.cfg.WrapStore(b.Store)
 	}

@@ -27,6 +27,21 @@ type Snapshot struct {
 	// Nudge is the offline nudge's counters; nil when --nudge-url is not
 	// set (then no tetra_nudge_* series but the latency histogram).
 	Nudge *NudgeSnapshot
+	// Sessions is the PostgreSQL store's counts of sessions the database
+	// ended under its pool; nil with SQLite (then no tetra_store_*
+	// series are exposed).
+	Sessions *SessionSnapshot
+}
+
+// SessionSnapshot is what the scrape reads from the PostgreSQL store
+// (postgres.SessionStats, copied so this package does not depend on it).
+type SessionSnapshot struct {
+	// Ended: pooled connections found with their session ended before
+	// use, and replaced.
+	Ended int64
+	// CommitRetries: group commits tried a second time because the
+	// session of their connection ended under the first.
+	CommitRetries int64
 }
 
 // RelaySnapshot is what the scrape reads from the Kafka outbox relay
@@ -217,6 +232,9 @@ var (
 	dRelayFenced  = prometheus.NewDesc("tetra_relay_fenced_total", "Relay sessions ended because another process took the transactional id.", nil, nil)
 	dRelayActive  = prometheus.NewDesc("tetra_relay_active", "1 while this process holds the transactional id and relays, else 0 (connecting, retrying or standing by).", nil, nil)
 	dRelayCursor  = prometheus.NewDesc("tetra_relay_cursor", "Last history Seq the relay committed or read as committed (-1 before the first session).", nil, nil)
+
+	dSessionsEnded = prometheus.NewDesc("tetra_store_sessions_ended_total", "Pooled PostgreSQL connections whose session the database had ended (a restart, a failover, pg_terminate_backend), found before use and replaced (PostgreSQL only).", nil, nil)
+	dCommitRetries = prometheus.NewDesc("tetra_store_commit_retries_total", "Group commits tried a second time because the database ended the session of their connection under the first (PostgreSQL only).", nil, nil)
 )
 
 type scrape struct {
@@ -227,7 +245,7 @@ type scrape struct {
 func (s *scrape) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{dConnected, dDeliveries, dShedFast, dAcks, dWithdrawals, dReaped, dGCDeleted, dGCPasses,
 		dRebuilds, dSafeLine, dDepth, dOldest, dInbound, dDeferred, dBehind, dEnqFail, dReloads, dScrapeErrors,
-		dRelayTxns, dRelayRecords, dRelayFails, dRelayFenced, dRelayActive, dRelayCursor} {
+		dRelayTxns, dRelayRecords, dRelayFails, dRelayFenced, dRelayActive, dRelayCursor, dSessionsEnded, dCommitRetries} {
 		ch <- d
 	}
 	for _, d := range nudgeDescs {
@@ -269,6 +287,10 @@ func (s *scrape) Collect(ch chan<- prometheus.Metric) {
 	g(dBehind, float64(st.Behind))
 	c(dEnqFail, float64(st.EnqueueFailures))
 	c(dReloads, float64(snap.TuningReloads))
+	if ss := snap.Sessions; ss != nil {
+		c(dSessionsEnded, float64(ss.Ended))
+		c(dCommitRetries, float64(ss.CommitRetries))
+	}
 	if rs := snap.Relay; rs != nil {
 		c(dRelayTxns, float64(rs.Transactions))
 		c(dRelayRecords, float64(rs.Records))

@@ -123,11 +123,33 @@ func TestRelayMetrics(t *testing.T) {
 	}
 }
 
+// TestSessionMetrics: the PostgreSQL store's counts of ended sessions are
+// exposed as counters, and not at all without PostgreSQL.
+func TestSessionMetrics(t *testing.T) {
+	var sessions *SessionSnapshot
+	m := New(func(context.Context) (Snapshot, error) { return Snapshot{Sessions: sessions}, nil })
+	if out := scrapeText(t, m); strings.Contains(out, "tetra_store_") {
+		t.Fatalf("store session series without PostgreSQL:\n%s", grep(out, "tetra_store_"))
+	}
+	sessions = &SessionSnapshot{Ended: 7, CommitRetries: 2}
+	out := scrapeText(t, m)
+	for _, want := range []string{
+		"# TYPE tetra_store_sessions_ended_total counter",
+		"tetra_store_sessions_ended_total 7",
+		"# TYPE tetra_store_commit_retries_total counter",
+		"tetra_store_commit_retries_total 2",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("exposition lacks %q:\n%s", want, grep(out, "tetra_store_"))
+		}
+	}
+}
+
 // TestLint: every exposed metric follows the Prometheus naming
 // conventions (units, _total on counters and only on counters).
 func TestLint(t *testing.T) {
 	m := New(func(context.Context) (Snapshot, error) {
-		return Snapshot{Relay: &RelaySnapshot{Active: true}, Outbox: []outbox.Stats{{Partition: 0, Depth: 1}}}, nil
+		return Snapshot{Relay: &RelaySnapshot{Active: true}, Sessions: &SessionSnapshot{}, Outbox: []outbox.Stats{{Partition: 0, Depth: 1}}}, nil
 	})
 	lintTetra(t, m)
 }

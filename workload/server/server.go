@@ -247,6 +247,10 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 				Records: rs.Records, Failures: rs.Failures, Fenced: rs.Fenced}
 		}
 		snap.Nudge = s.nudgeSnapshot()
+		if b.Sessions != nil {
+			ss := b.Sessions()
+			snap.Sessions = &metrics.SessionSnapshot{Ended: ss.Ended, CommitRetries: ss.CommitRetries}
+		}
 		return snap, err
 	})
 	s.metrics.SetBuildInfo(b.StoreKind, b.OutboxKind, b.IndexKind)

@@ -100,6 +100,7 @@ func (db *DB) commit(ctx context.Context, drafts []history.Draft, hooks *commitH
 			// second finds its keys and reports Duplicate with the
 			// originals, as for a client's resend (history.CheckResend).
 			retried = true
+			db.commitRetries.Add(1)
 			continue
 		}
 		if optimistic && again {

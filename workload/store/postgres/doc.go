@@ -62,6 +62,13 @@
 // and count the rows they remove there; Commit never takes it, so a
 // commit never waits for GC.
 //
+// Sessions the database ends under the pool (a restart, a failover,
+// pg_terminate_backend) fail no operation on their own: before the pool
+// hands an idle connection out, DB.shouldPing peeks at its socket
+// (peek_unix.go) and has a connection whose session ended pinged and
+// replaced; a Commit whose session ended mid-statement is tried once more
+// (DB.noteLost). DB.SessionStats counts both.
+//
 // AddMember, RemoveMember, the admin changes, CreateGroupWith and the reads
 // of history.ChatAPI are the algorithms of ../storecore (DB embeds
 // storecore.Methods); this package gives them its statements (chatapi.go:

@@ -75,6 +75,11 @@ type DB struct {
 	// pool hands out is pinged first: set for pingAfterLoss when a pooled
 	// connection turned out dead (see noteLost).
 	pingUntil atomic.Int64
+	// peekOff turns shouldPing's look at the socket off (tests of what
+	// happens when a dead session is not seen before use).
+	peekOff bool
+	// sessionsEnded and commitRetries are SessionStats' counts.
+	sessionsEnded, commitRetries atomic.Int64
 
 	closeOnce sync.Once
 }
@@ -231,13 +236,47 @@ const pingAfterLoss = 2 * time.Second
 // idle in the pool, so the first statement sent on it failed.
 var errConnLost = errors.New("the database ended the connection's session")
 
-// shouldPing is the pool's ShouldPing: pgxpool's own rule (a connection
-// idle for more than a second is pinged before it is handed out), and
-// every connection while pingUntil is ahead, so that after one dead
-// connection was found the others the same event ended are found by a
-// ping (and replaced) rather than by a failed statement.
+// shouldPing is the pool's ShouldPing, asked each time a pooled
+// connection is about to be handed out. It pings (and so has the pool
+// replace a dead one, without a statement failing on it):
+//   - a connection whose socket has bytes waiting or is closed
+//     (hasPending: one recv(2) that neither waits nor consumes), which
+//     is how a session the database ended while the connection sat idle
+//     looks: every operation, read or write, gets a live connection;
+//   - pgxpool's own rule, a connection idle for more than a second;
+//   - every connection while pingUntil is ahead, so that after one
+//     operation failed on a dead connection (noteLost) the others the
+//     same event ended are found by a ping too, even where their FATAL
+//     has not arrived yet.
+//
+// Each connection found dead by its socket is counted in Stats'
+// SessionsEnded.
 func (db *DB) shouldPing(_ context.Context, p pgxpool.ShouldPingParams) bool {
+	if !db.peekOff && hasPending(p.Conn) {
+		db.sessionsEnded.Add(1)
+		return true
+	}
 	return p.IdleDuration > time.Second || time.Now().UnixNano() < db.pingUntil.Load()
+}
+
+// SessionStats counts, since Open, how the store met sessions the
+// database ended under its pool (a restart, a failover,
+// pg_terminate_backend); the server exports them as
+// tetra_store_sessions_ended_total and tetra_store_commit_retries_total.
+type SessionStats struct {
+	// Ended: pooled connections whose socket showed the session had
+	// ended (DB.shouldPing), pinged and replaced before any statement was
+	// sent on them.
+	Ended int64
+	// CommitRetries: Commit attempts that failed because the session of
+	// their connection ended under them, and were tried once more (see
+	// DB.Commit).
+	CommitRetries int64
+}
+
+// SessionStats returns the counts; safe for concurrent use.
+func (db *DB) SessionStats() SessionStats {
+	return SessionStats{Ended: db.sessionsEnded.Load(), CommitRetries: db.commitRetries.Load()}
 }
 
 // noteLost runs deferred, before conn is released, in an operation on

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -187,4 +188,42 @@ func TestCommitStoredWhenSessionEndsAfterCommit(t *testing.T) {
 			t.Fatalf("%s attempt: the resend = %+v, want a duplicate of Seq %d", attempt, again[0], res[0].Message.Seq)
 		}
 	}
+}
+
+// TestPeekWaitsForNoReader: the look at an idle connection's socket
+// (hasPending) returns at once while another goroutine is blocked reading
+// the same socket, as pgx's background reader can be on an idle pooled
+// connection (it starts when a write takes over 15 ms and may be left in
+// one more read). A look that took the descriptor's read lock waited for
+// that read to end, which only the next statement's reply ends: an
+// Acquire hung (it did, once, under a loaded machine), and this test
+// fails with it.
+func TestPeekWaitsForNoReader(t *testing.T) {
+	t.Parallel()
+	db := newDB(t, func(c *Config) { c.MaxConns = 1 })
+	conn, err := db.pool.Acquire(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	nc := conn.Conn().PgConn().Conn()
+	reading := make(chan struct{})
+	go func() {
+		close(reading)
+		var b [1]byte
+		_, _ = nc.Read(b[:]) // blocks: an idle session sends nothing
+	}()
+	<-reading
+	time.Sleep(50 * time.Millisecond) // let it block in read(2)
+	done := make(chan bool, 1)
+	go func() { done <- hasPending(conn.Conn()) }()
+	select {
+	case pending := <-done:
+		if pending {
+			t.Errorf("hasPending = true on a live idle session")
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("hasPending waited for another goroutine's read of the socket")
+	}
+	conn.Conn().PgConn().Conn().Close() // ends the blocked read; the pool discards the connection
 }

@@ -35,12 +35,19 @@ func hasPending(c *pgx.Conn) bool {
 	}
 	pending := false
 	var b [1]byte
-	err = rc.Read(func(fd uintptr) bool {
+	// Control, not Read: Read takes the descriptor's read lock, which
+	// pgx's background reader can hold on an idle connection (it starts
+	// when a write is slow, over 15 ms, and may be left blocked in one
+	// more read after it is stopped, until the next reply), so a look
+	// through Read could wait for data that only the next statement
+	// brings: the acquire would hang. A non-blocking peek needs no lock;
+	// bytes the background reader took are then not seen, and the
+	// statement fails as it would without the look.
+	err = rc.Control(func(fd uintptr) {
 		n, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
 		// n > 0: bytes wait; n == 0 without error: the peer closed;
 		// an error other than EAGAIN: the socket is broken.
 		pending = n > 0 || (n == 0 && err == nil) || (err != nil && !errors.Is(err, syscall.EAGAIN))
-		return true // never wait for readiness
 	})
 	return pending || err != nil
 }

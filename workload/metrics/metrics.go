@@ -42,6 +42,9 @@ type SessionSnapshot struct {
 	// CommitRetries: group commits tried a second time because the
 	// session of their connection ended under the first.
 	CommitRetries int64
+	// ReadRetries: reads (and BEGINs) tried a second time for the same
+	// reason.
+	ReadRetries int64
 }
 
 // RelaySnapshot is what the scrape reads from the Kafka outbox relay
@@ -234,7 +237,7 @@ var (
 	dRelayCursor  = prometheus.NewDesc("tetra_relay_cursor", "Last history Seq the relay committed or read as committed (-1 before the first session).", nil, nil)
 
 	dSessionsEnded = prometheus.NewDesc("tetra_store_sessions_ended_total", "Pooled PostgreSQL connections whose session the database had ended (a restart, a failover, pg_terminate_backend), found before use and replaced (PostgreSQL only).", nil, nil)
-	dCommitRetries = prometheus.NewDesc("tetra_store_commit_retries_total", "Group commits tried a second time because the database ended the session of their connection under the first (PostgreSQL only).", nil, nil)
+	dStoreRetries  = prometheus.NewDesc("tetra_store_retries_total", "Store operations tried a second time because the database ended the session of their connection under the first, by op: commit (a group commit), read (a read, or the BEGIN of a transaction) (PostgreSQL only).", []string{"op"}, nil)
 )
 
 type scrape struct {
@@ -245,7 +248,7 @@ type scrape struct {
 func (s *scrape) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{dConnected, dDeliveries, dShedFast, dAcks, dWithdrawals, dReaped, dGCDeleted, dGCPasses,
 		dRebuilds, dSafeLine, dDepth, dOldest, dInbound, dDeferred, dBehind, dEnqFail, dReloads, dScrapeErrors,
-		dRelayTxns, dRelayRecords, dRelayFails, dRelayFenced, dRelayActive, dRelayCursor, dSessionsEnded, dCommitRetries} {
+		dRelayTxns, dRelayRecords, dRelayFails, dRelayFenced, dRelayActive, dRelayCursor, dSessionsEnded, dStoreRetries} {
 		ch <- d
 	}
 	for _, d := range nudgeDescs {
@@ -289,7 +292,8 @@ func (s *scrape) Collect(ch chan<- prometheus.Metric) {
 	c(dReloads, float64(snap.TuningReloads))
 	if ss := snap.Sessions; ss != nil {
 		c(dSessionsEnded, float64(ss.Ended))
-		c(dCommitRetries, float64(ss.CommitRetries))
+		c(dStoreRetries, float64(ss.CommitRetries), "commit")
+		c(dStoreRetries, float64(ss.ReadRetries), "read")
 	}
 	if rs := snap.Relay; rs != nil {
 		c(dRelayTxns, float64(rs.Transactions))

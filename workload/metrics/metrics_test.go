@@ -131,13 +131,14 @@ func TestSessionMetrics(t *testing.T) {
 	if out := scrapeText(t, m); strings.Contains(out, "tetra_store_") {
 		t.Fatalf("store session series without PostgreSQL:\n%s", grep(out, "tetra_store_"))
 	}
-	sessions = &SessionSnapshot{Ended: 7, CommitRetries: 2}
+	sessions = &SessionSnapshot{Ended: 7, CommitRetries: 2, ReadRetries: 5}
 	out := scrapeText(t, m)
 	for _, want := range []string{
 		"# TYPE tetra_store_sessions_ended_total counter",
 		"tetra_store_sessions_ended_total 7",
-		"# TYPE tetra_store_commit_retries_total counter",
-		"tetra_store_commit_retries_total 2",
+		"# TYPE tetra_store_retries_total counter",
+		`tetra_store_retries_total{op="commit"} 2`,
+		`tetra_store_retries_total{op="read"} 5`,
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("exposition lacks %q:\n%s", want, grep(out, "tetra_store_"))

@@ -249,7 +249,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		snap.Nudge = s.nudgeSnapshot()
 		if b.Sessions != nil {
 			ss := b.Sessions()
-			snap.Sessions = &metrics.SessionSnapshot{Ended: ss.Ended, CommitRetries: ss.CommitRetries}
+			snap.Sessions = &metrics.SessionSnapshot{Ended: ss.Ended, CommitRetries: ss.CommitRetries, ReadRetries: ss.ReadRetries}
 		}
 		return snap, err
 	})

@@ -91,18 +91,21 @@ const readTxBegin = `BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET LOCAL 
 type core struct{ db *DB }
 
 // Begin implements storecore.Backend: a read-write transaction on a pooled
-// connection.
+// connection. A BEGIN the database's ending of the session failed is sent
+// again on another connection (again).
 func (c core) Begin(ctx context.Context, op string) (storecore.ChangeTx, error) {
-	tx, err := c.db.pool.Begin(ctx)
+	tx, err := again(ctx, c.db, c.db.pool.Begin) // BEGIN has no effect to repeat
 	if err != nil {
 		return nil, unavailable(op, err)
 	}
 	return &changeTx{tx: tx, op: op}, nil
 }
 
-// Read implements storecore.Backend: readTx.
+// Read implements storecore.Backend: readTx, whose BEGIN is sent again on
+// another connection when the database ended the session under it
+// (again).
 func (c core) Read(ctx context.Context, op string) (storecore.ReadTx, error) {
-	tx, err := c.db.readTx(ctx)
+	tx, err := again(ctx, c.db, c.db.readTx)
 	if err != nil {
 		return nil, unavailable(op, err)
 	}
@@ -392,6 +395,11 @@ func (t readTx) Fill(ctx context.Context, f *storecore.Fill, user string) error 
 
 // IsAdmin implements history.ChatAPI: one probe of the members key.
 func (db *DB) IsAdmin(ctx context.Context, chatID, user string) (bool, error) {
+	return again(ctx, db, func(ctx context.Context) (bool, error) { return db.isAdminOnce(ctx, chatID, user) })
+}
+
+// isAdminOnce is one try of IsAdmin.
+func (db *DB) isAdminOnce(ctx context.Context, chatID, user string) (bool, error) {
 	if !storable(chatID) {
 		return false, storecore.NotFound(chatID)
 	}

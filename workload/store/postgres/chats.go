@@ -128,6 +128,11 @@ func (c core) InsertGroup(ctx context.Context, chat history.Chat) error {
 // Chat returns the chat chatID with its members sorted, or ErrNotFound. It
 // reads one snapshot.
 func (db *DB) Chat(ctx context.Context, chatID string) (history.Chat, error) {
+	return again(ctx, db, func(ctx context.Context) (history.Chat, error) { return db.chatOnce(ctx, chatID) })
+}
+
+// chatOnce is one try of Chat.
+func (db *DB) chatOnce(ctx context.Context, chatID string) (history.Chat, error) {
 	if !storable(chatID) {
 		return history.Chat{}, storecore.NotFound(chatID)
 	}
@@ -150,6 +155,11 @@ func (db *DB) Chat(ctx context.Context, chatID string) (history.Chat, error) {
 // and stops at MaxUnread matches. An unknown user has no chats; an invalid
 // user id gives ErrInvalid.
 func (db *DB) ChatsOf(ctx context.Context, user string) ([]history.Chat, error) {
+	return again(ctx, db, func(ctx context.Context) ([]history.Chat, error) { return db.chatsOfOnce(ctx, user) })
+}
+
+// chatsOfOnce is one try of ChatsOf.
+func (db *DB) chatsOfOnce(ctx context.Context, user string) ([]history.Chat, error) {
 	if err := validUser("user id", user); err != nil {
 		return nil, err
 	}
@@ -202,6 +212,11 @@ const chatsOfQuery = `SELECT ` + chatColumns + `,
 // ReadMarks implements history.Store: the read markers of chatID's
 // current members, one range of the reads primary key.
 func (db *DB) ReadMarks(ctx context.Context, chatID string) (map[string]string, error) {
+	return again(ctx, db, func(ctx context.Context) (map[string]string, error) { return db.readMarksOnce(ctx, chatID) })
+}
+
+// readMarksOnce is one try of ReadMarks.
+func (db *DB) readMarksOnce(ctx context.Context, chatID string) (map[string]string, error) {
 	marks := map[string]string{}
 	if !storable(chatID) {
 		return marks, nil
@@ -221,6 +236,11 @@ func (db *DB) ReadMarks(ctx context.Context, chatID string) (map[string]string, 
 // IsMember reports whether user is a member of chatID, reading the store
 // (one probe of the members primary key). An unknown chat is ErrNotFound.
 func (db *DB) IsMember(ctx context.Context, chatID, user string) (bool, error) {
+	return again(ctx, db, func(ctx context.Context) (bool, error) { return db.isMemberOnce(ctx, chatID, user) })
+}
+
+// isMemberOnce is one try of IsMember.
+func (db *DB) isMemberOnce(ctx context.Context, chatID, user string) (bool, error) {
 	if !storable(chatID) {
 		return false, storecore.NotFound(chatID)
 	}

@@ -13,6 +13,11 @@ var _ history.CoMembers = (*DB)(nil)
 // CoMembers implements history.CoMembers: one query, a range of
 // members_user for user's chats and of the members primary key for each.
 func (db *DB) CoMembers(ctx context.Context, user string) ([]string, error) {
+	return again(ctx, db, func(ctx context.Context) ([]string, error) { return db.coMembersOnce(ctx, user) })
+}
+
+// coMembersOnce is one try of CoMembers.
+func (db *DB) coMembersOnce(ctx context.Context, user string) ([]string, error) {
 	if !storable(user) {
 		return []string{}, nil
 	}

@@ -70,43 +70,15 @@ func TestCommitSurvivesEndedSessions(t *testing.T) {
 // the store's operations, reads and writes: each must succeed at once,
 // because the pool sees from the socket that the session ended (the FATAL
 // the backend sent, or the closed socket: hasPending), pings the
-// connection and replaces it before sending a statement on it. Commit
-// needs no retry for it. It fails with the look at the socket off
-// (peekOff): the first operations then fail with FATAL 57P01.
+// connection and replaces it before sending a statement on it, so nothing
+// is tried twice. It fails with the look at the socket off (peekOff): the
+// first operation then meets a dead session (FATAL 57P01) and is tried
+// twice.
 func TestOperationsSeeEndedSessions(t *testing.T) {
 	t.Parallel()
 	db := newDB(t, func(c *Config) { c.MaxConns = 4 })
-	ctx := t.Context()
-	chat := mustDirect(t, db, "alice", "bob")
-	first := historytest.MustCommit(t, db, historytest.Draft(chat.ID, "alice", "k0", "hello"))[0].Message
+	ops := storeOps(t, db, "seen")
 	raw := rawConn(t, db)
-	ops := []struct {
-		name string
-		run  func() error
-	}{
-		{"Chat", func() error { _, err := db.Chat(ctx, chat.ID); return err }},
-		{"ChatsOf", func() error { _, err := db.ChatsOf(ctx, "alice"); return err }},
-		{"IsMember", func() error { _, err := db.IsMember(ctx, chat.ID, "bob"); return err }},
-		{"ReadMarks", func() error { _, err := db.ReadMarks(ctx, chat.ID); return err }},
-		{"Page", func() error { _, _, err := db.Page(ctx, chat.ID, "", 10); return err }},
-		{"Messages", func() error {
-			_, _, err := db.Messages(ctx, history.PageQuery{ChatID: chat.ID, User: "alice", Before: history.PageEnd, Limit: 10})
-			return err
-		}},
-		{"HistoryAfter", func() error { _, err := db.HistoryAfter(ctx, 0, 10); return err }},
-		{"Head", func() error { _, err := db.Head(ctx, 0); return err }},
-		{"Scan", func() error { _, err := db.Scan(ctx, 0, 0, 10); return err }},
-		{"Stats", func() error { _, err := db.Stats(ctx, 0); return err }},
-		{"SaveReads", func() error {
-			return db.SaveReads(ctx, []history.Read{{ChatID: chat.ID, UserID: "bob", MessageID: first.ID, Seq: first.Seq}})
-		}},
-		{"CreateDirect", func() error { _, _, err := db.CreateDirect(ctx, "carol", "dave"); return err }},
-		{"Commit", func() error {
-			_, err := db.Commit(ctx, []history.Draft{historytest.Draft(chat.ID, "bob", "k1", "hi")})
-			return err
-		}},
-		{"DeleteBelow", func() error { _, err := db.DeleteBelow(ctx, 0, 1); return err }},
-	}
 	for _, op := range ops {
 		fillPool(t, db, 4)
 		endSessions(t, raw)
@@ -114,8 +86,88 @@ func TestOperationsSeeEndedSessions(t *testing.T) {
 			t.Errorf("%s right after the pooled sessions ended: %v", op.name, err)
 		}
 	}
-	if st := db.SessionStats(); st.Ended < int64(len(ops)) || st.CommitRetries != 0 {
-		t.Errorf("SessionStats = %+v, want at least %d sessions found ended and no commit retried", st, len(ops))
+	if st := db.SessionStats(); st.Ended < int64(len(ops)) || st.CommitRetries != 0 || st.ReadRetries != 0 {
+		t.Errorf("SessionStats = %+v, want at least %d sessions found ended and nothing tried twice", st, len(ops))
+	}
+}
+
+// TestReadsRetryEndedSessions: with the look at the socket off, as when a
+// session ends while its connection is in use or before its FATAL reaches
+// the client, a read (or a transaction's BEGIN) sent on a dead session
+// fails with FATAL 57P01; it must be tried once more (again) and succeed.
+// pingUntil is cleared before each, so each meets a dead connection. It
+// fails without again's second try.
+func TestReadsRetryEndedSessions(t *testing.T) {
+	t.Parallel()
+	db := newDB(t, func(c *Config) { c.MaxConns = 4 })
+	db.peekOff = true
+	raw := rawConn(t, db)
+	n := 0
+	for _, op := range storeOps(t, db, "retried") {
+		if !op.read {
+			continue
+		}
+		n++
+		fillPool(t, db, 4)
+		endSessions(t, raw)
+		db.pingUntil.Store(0)
+		if err := op.run(); err != nil {
+			t.Errorf("%s right after the pooled sessions ended: %v", op.name, err)
+		}
+	}
+	if st := db.SessionStats(); st.ReadRetries < 1 || st.ReadRetries > int64(n) || st.Ended != 0 {
+		t.Errorf("SessionStats = %+v, want 1 to %d reads tried twice and no session seen by the socket", st, n)
+	}
+}
+
+// storeOp is one operation of the store for the tests of ended sessions;
+// read marks the ones again tries twice (reads, and writes whose only
+// statement before their transaction is a BEGIN).
+type storeOp struct {
+	name string
+	read bool
+	run  func() error
+}
+
+// storeOps returns the operations, on data of their own (tag names it).
+func storeOps(t *testing.T, db *DB, tag string) []storeOp {
+	t.Helper()
+	ctx := t.Context()
+	chat := mustDirect(t, db, "alice-"+tag, "bob-"+tag)
+	first := historytest.MustCommit(t, db, historytest.Draft(chat.ID, "alice-"+tag, "k0", "hello"))[0].Message
+	group, err := db.CreateGroup(ctx, "alice-"+tag, "g", []string{"alice-" + tag, "bob-" + tag})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return []storeOp{
+		{"Chat", true, func() error { _, err := db.Chat(ctx, chat.ID); return err }},
+		{"ChatsOf", true, func() error { _, err := db.ChatsOf(ctx, "alice-"+tag); return err }},
+		{"IsMember", true, func() error { _, err := db.IsMember(ctx, chat.ID, "bob-"+tag); return err }},
+		{"IsAdmin", true, func() error { _, err := db.IsAdmin(ctx, group.ID, "alice-"+tag); return err }},
+		{"ReadMarks", true, func() error { _, err := db.ReadMarks(ctx, chat.ID); return err }},
+		{"CoMembers", true, func() error { _, err := db.CoMembers(ctx, "alice-"+tag); return err }},
+		{"Page", true, func() error { _, _, err := db.Page(ctx, chat.ID, "", 10); return err }},
+		{"MessageSeq", true, func() error { _, _, err := db.MessageSeq(ctx, chat.ID, first.ID); return err }},
+		{"Messages", true, func() error {
+			_, _, err := db.Messages(ctx, history.PageQuery{ChatID: chat.ID, User: "alice-" + tag, Before: history.PageEnd, Limit: 10})
+			return err
+		}},
+		{"HistoryAfter", true, func() error { _, err := db.HistoryAfter(ctx, 0, 10); return err }},
+		{"HistoryHead", true, func() error { _, err := db.HistoryHead(ctx); return err }},
+		{"Head", true, func() error { _, err := db.Head(ctx, 0); return err }},
+		{"Scan", true, func() error { _, err := db.Scan(ctx, 0, 0, 10); return err }},
+		{"Stats", true, func() error { _, err := db.Stats(ctx, 0); return err }},
+		{"ID", true, func() error { _, err := db.ID(ctx); return err }},
+		{"AddMember", true, func() error { _, err := db.AddMember(ctx, group.ID, "alice-"+tag, "carol-"+tag); return err }},
+		{"SaveReads", false, func() error {
+			return db.SaveReads(ctx, []history.Read{{ChatID: chat.ID, UserID: "bob-" + tag, MessageID: first.ID, Seq: first.Seq}})
+		}},
+		{"CreateDirect", false, func() error { _, _, err := db.CreateDirect(ctx, "carol-"+tag, "dave-"+tag); return err }},
+		{"Commit", false, func() error {
+			_, err := db.Commit(ctx, []history.Draft{historytest.Draft(chat.ID, "bob-"+tag, "k1", "hi")})
+			return err
+		}},
+		{"DeleteBelow", false, func() error { _, err := db.DeleteBelow(ctx, 0, 1); return err }},
 	}
 }
 

@@ -63,11 +63,12 @@
 // commit never waits for GC.
 //
 // Sessions the database ends under the pool (a restart, a failover,
-// pg_terminate_backend) fail no operation on their own: before the pool
-// hands an idle connection out, DB.shouldPing peeks at its socket
-// (peek_unix.go) and has a connection whose session ended pinged and
-// replaced; a Commit whose session ended mid-statement is tried once more
-// (DB.noteLost). DB.SessionStats counts both.
+// pg_terminate_backend): before the pool hands an idle connection out,
+// DB.shouldPing peeks at its socket (peek_unix.go) and has a connection
+// whose session ended pinged and replaced. A statement whose session
+// ended while it ran fails; a Commit is then tried once more
+// (DB.noteLost), and so is a read or a transaction's BEGIN (again).
+// DB.SessionStats counts all three.
 //
 // AddMember, RemoveMember, the admin changes, CreateGroupWith and the reads
 // of history.ChatAPI are the algorithms of ../storecore (DB embeds

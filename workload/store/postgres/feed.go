@@ -44,6 +44,11 @@ const feedSQL = `WITH h AS (
 // higher one became visible. limit < 1 gives ErrInvalid; store failures
 // wrap ErrUnavailable.
 func (db *DB) HistoryAfter(ctx context.Context, seq int64, limit int) ([]history.Committed, error) {
+	return again(ctx, db, func(ctx context.Context) ([]history.Committed, error) { return db.historyAfterOnce(ctx, seq, limit) })
+}
+
+// historyAfterOnce is one try of HistoryAfter.
+func (db *DB) historyAfterOnce(ctx context.Context, seq int64, limit int) ([]history.Committed, error) {
 	if err := storecore.CheckFeedLimit(limit); err != nil {
 		return nil, err
 	}
@@ -82,6 +87,11 @@ func (db *DB) HistoryAfter(ctx context.Context, seq int64, limit int) ([]history
 // HistoryHead returns the highest history Seq ever assigned (0 when none),
 // from the history id sequence, so purges do not lower it (history.FeedHead).
 func (db *DB) HistoryHead(ctx context.Context) (int64, error) {
+	return again(ctx, db, func(ctx context.Context) (int64, error) { return db.historyHeadOnce(ctx) })
+}
+
+// historyHeadOnce is one try of HistoryHead.
+func (db *DB) historyHeadOnce(ctx context.Context) (int64, error) {
 	var head int64
 	err := db.pool.QueryRow(ctx, `SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM history_id_seq`).Scan(&head)
 	if err != nil {

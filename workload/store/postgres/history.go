@@ -26,7 +26,16 @@ const pageQuery = `SELECT ` + messageColumns + `
 // the retained history (recovery degrades to a full sync, never to a gap).
 // limit < 1 gives ErrInvalid (callers cap the upper end); an unknown chat
 // ErrNotFound. One round trip.
-func (db *DB) Page(ctx context.Context, chatID, sinceID string, limit int) ([]history.Message, bool, error) {
+func (db *DB) Page(ctx context.Context, chatID, sinceID string, limit int) (page []history.Message, more bool, err error) {
+	_, err = again(ctx, db, func(ctx context.Context) (struct{}, error) {
+		page, more, err = db.pageOnce(ctx, chatID, sinceID, limit)
+		return struct{}{}, err
+	})
+	return page, more, err
+}
+
+// pageOnce is one try of Page.
+func (db *DB) pageOnce(ctx context.Context, chatID, sinceID string, limit int) ([]history.Message, bool, error) {
 	if err := storecore.CheckPageLimit(limit); err != nil {
 		return nil, false, err
 	}

@@ -409,6 +409,11 @@ const fleetMetaKey = "fleet"
 
 // Fleet implements history.FleetRecorder.
 func (db *DB) Fleet(ctx context.Context) (string, error) {
+	return again(ctx, db, func(ctx context.Context) (string, error) { return db.fleetOnce(ctx) })
+}
+
+// fleetOnce is one try of Fleet.
+func (db *DB) fleetOnce(ctx context.Context) (string, error) {
 	var v string
 	err := db.pool.QueryRow(ctx, `SELECT value FROM tetra_meta WHERE key = $1`, fleetMetaKey).Scan(&v)
 	if errors.Is(err, pgx.ErrNoRows) {

@@ -37,6 +37,11 @@ const lockSharedSQL = `SELECT pg_advisory_xact_lock_shared($1)`
 // row a later Scan returns lies above it. A partition other than 0 is an
 // error; store failures wrap outbox.ErrUnavailable.
 func (db *DB) Head(ctx context.Context, partition int32) (int64, error) {
+	return again(ctx, db, func(ctx context.Context) (int64, error) { return db.headOnce(ctx, partition) })
+}
+
+// headOnce is one try of Head.
+func (db *DB) headOnce(ctx context.Context, partition int32) (int64, error) {
 	if err := checkPartition("head", partition); err != nil {
 		return 0, err
 	}
@@ -92,6 +97,11 @@ const scanQuery = `SELECT o.id, o.n, o.recipients, o.created_at, (SELECT below F
 // lower position than one already returned. limit < 1 and partitions other
 // than 0 are errors; store failures wrap outbox.ErrUnavailable.
 func (db *DB) Scan(ctx context.Context, partition int32, after int64, limit int) ([]outbox.Row, error) {
+	return again(ctx, db, func(ctx context.Context) ([]outbox.Row, error) { return db.scanOnce(ctx, partition, after, limit) })
+}
+
+// scanOnce is one try of Scan.
+func (db *DB) scanOnce(ctx context.Context, partition int32, after int64, limit int) ([]outbox.Row, error) {
 	if err := checkPartition("scan", partition); err != nil {
 		return nil, err
 	}
@@ -279,6 +289,11 @@ func (db *DB) inLineLock(ctx context.Context, q string, args []any, dest ...any)
 // append lock), and the CreatedAt of the record of the lowest position
 // (zero when empty). A partition other than 0 is an error.
 func (db *DB) Stats(ctx context.Context, partition int32) (outbox.Stats, error) {
+	return again(ctx, db, func(ctx context.Context) (outbox.Stats, error) { return db.statsOnce(ctx, partition) })
+}
+
+// statsOnce is one try of Stats.
+func (db *DB) statsOnce(ctx context.Context, partition int32) (outbox.Stats, error) {
 	if err := checkPartition("stats", partition); err != nil {
 		return outbox.Stats{}, err
 	}
@@ -309,6 +324,11 @@ func (db *DB) Stats(ctx context.Context, partition int32) (outbox.Stats, error) 
 // when its schema was created (table tetra_meta). Stable for the life of
 // the database; a restored copy shares it.
 func (db *DB) ID(ctx context.Context) (string, error) {
+	return again(ctx, db, func(ctx context.Context) (string, error) { return db.iDOnce(ctx) })
+}
+
+// iDOnce is one try of ID.
+func (db *DB) iDOnce(ctx context.Context) (string, error) {
 	var id string
 	if err := db.pool.QueryRow(ctx, `SELECT value FROM tetra_meta WHERE key = 'outbox_id'`).Scan(&id); err != nil {
 		return "", logUnavailable("outbox id", err)

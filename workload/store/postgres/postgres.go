@@ -5,8 +5,12 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -79,7 +83,7 @@ type DB struct {
 	// happens when a dead session is not seen before use).
 	peekOff bool
 	// sessionsEnded and commitRetries are SessionStats' counts.
-	sessionsEnded, commitRetries atomic.Int64
+	sessionsEnded, commitRetries, readRetries atomic.Int64
 
 	closeOnce sync.Once
 }
@@ -259,10 +263,46 @@ func (db *DB) shouldPing(_ context.Context, p pgxpool.ShouldPingParams) bool {
 	return p.IdleDuration > time.Second || time.Now().UnixNano() < db.pingUntil.Load()
 }
 
+// again runs read, a statement with no effect to repeat, and runs it once
+// more when it failed because the database ended the session of its
+// connection under it (sessionEnded) while ctx is still live: the session
+// ended while the read was running, or before its FATAL reached the
+// client, so the look at the socket (shouldPing) could not see it. For
+// pingAfterLoss after that, the pool pings what it hands out. Each second
+// try is counted in SessionStats' ReadRetries.
+func again[T any](ctx context.Context, db *DB, read func(context.Context) (T, error)) (T, error) {
+	v, err := read(ctx)
+	if err == nil || ctx.Err() != nil || !sessionEnded(err) {
+		return v, err
+	}
+	db.readRetries.Add(1)
+	db.pingUntil.Store(time.Now().Add(pingAfterLoss).UnixNano())
+	return read(ctx)
+}
+
+// sessionEnded reports whether err says that the database ended the
+// session under a statement, or that its connection broke: SQLSTATE
+// 57P01 (admin_shutdown: a fast shutdown, pg_terminate_backend), 57P02
+// (crash_shutdown), 57P03 (cannot_connect_now), 57P05
+// (idle_session_timeout) or class 08 (connection exception), or the
+// socket closed or reset under it.
+func sessionEnded(err error) bool {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		switch pe.Code {
+		case "57P01", "57P02", "57P03", "57P05":
+			return true
+		}
+		return strings.HasPrefix(pe.Code, "08")
+	}
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || pgconn.SafeToRetry(err)
+}
+
 // SessionStats counts, since Open, how the store met sessions the
 // database ended under its pool (a restart, a failover,
 // pg_terminate_backend); the server exports them as
-// tetra_store_sessions_ended_total and tetra_store_commit_retries_total.
+// tetra_store_sessions_ended_total and tetra_store_retries_total.
 type SessionStats struct {
 	// Ended: pooled connections whose socket showed the session had
 	// ended (DB.shouldPing), pinged and replaced before any statement was
@@ -272,11 +312,15 @@ type SessionStats struct {
 	// their connection ended under them, and were tried once more (see
 	// DB.Commit).
 	CommitRetries int64
+	// ReadRetries: reads, and the BEGIN of transactions, that failed
+	// because the session ended under them, and were tried once more
+	// (again).
+	ReadRetries int64
 }
 
 // SessionStats returns the counts; safe for concurrent use.
 func (db *DB) SessionStats() SessionStats {
-	return SessionStats{Ended: db.sessionsEnded.Load(), CommitRetries: db.commitRetries.Load()}
+	return SessionStats{Ended: db.sessionsEnded.Load(), CommitRetries: db.commitRetries.Load(), ReadRetries: db.readRetries.Load()}
 }
 
 // noteLost runs deferred, before conn is released, in an operation on

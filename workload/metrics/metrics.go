@@ -36,8 +36,8 @@ type Snapshot struct {
 // SessionSnapshot is what the scrape reads from the PostgreSQL store
 // (postgres.SessionStats, copied so this package does not depend on it).
 type SessionSnapshot struct {
-	// Ended: pooled connections found with their session ended before
-	// use, and replaced.
+	// Ended: idle pooled connections whose socket showed their session
+	// had ended as the pool handed them out; each was pinged first.
 	Ended int64
 	// CommitRetries: group commits tried a second time because the
 	// session of their connection ended under the first.
@@ -236,7 +236,7 @@ var (
 	dRelayActive  = prometheus.NewDesc("tetra_relay_active", "1 while this process holds the transactional id and relays, else 0 (connecting, retrying or standing by).", nil, nil)
 	dRelayCursor  = prometheus.NewDesc("tetra_relay_cursor", "Last history Seq the relay committed or read as committed (-1 before the first session).", nil, nil)
 
-	dSessionsEnded = prometheus.NewDesc("tetra_store_sessions_ended_total", "Pooled PostgreSQL connections whose session the database had ended (a restart, a failover, pg_terminate_backend), found before use and replaced (PostgreSQL only).", nil, nil)
+	dSessionsEnded = prometheus.NewDesc("tetra_store_sessions_ended_total", "Idle pooled PostgreSQL connections whose socket showed, as the pool handed them out, that the database had ended their session (a restart, a failover, pg_terminate_backend): bytes waiting or a closed peer; each was pinged and, dead, replaced (PostgreSQL only).", nil, nil)
 	dStoreRetries  = prometheus.NewDesc("tetra_store_retries_total", "Store operations tried a second time because the database ended the session of their connection under the first, by op: commit (a group commit), read (a read, or the BEGIN of a transaction) (PostgreSQL only).", []string{"op"}, nil)
 )
 

@@ -277,5 +277,5 @@ func TestPeekWaitsForNoReader(t *testing.T) {
 	case <-time.After(2 * time.Second):
 		t.Fatal("hasPending waited for another goroutine's read of the socket")
 	}
-	conn.Conn().PgConn().Conn().Close() // ends the blocked read; the pool discards the connection
+	_ = conn.Conn().Close(context.Background()) // ends the blocked read; the pool discards the connection
 }

@@ -216,7 +216,7 @@ func (s *Server) handleCreateChat(w http.ResponseWriter, r *http.Request, user s
 			budget() // nothing was created: the token goes back
 		}
 		if err != nil {
-			writeStoreError(w, err)
+			s.writeStoreError(w, r, err)
 			return
 		}
 		status := http.StatusOK
@@ -242,7 +242,7 @@ func (s *Server) handleCreateChat(w http.ResponseWriter, r *http.Request, user s
 			Members: req.Members, History: req.History})
 		if err != nil {
 			budget()
-			writeStoreError(w, err)
+			s.writeStoreError(w, r, err)
 			return
 		}
 		s.chatCreated(r.Context(), chat)
@@ -268,7 +268,7 @@ func (s *Server) handleListChats(w http.ResponseWriter, r *http.Request, user st
 	}
 	chats, next, err := s.store.ChatList(r.Context(), user, q.Get("cursor"), limit)
 	if err != nil {
-		writeStoreError(w, err)
+		s.writeStoreError(w, r, err)
 		return
 	}
 	out := make([]protocol.Chat, 0, len(chats))
@@ -313,7 +313,7 @@ func (s *Server) handleAddMember(w http.ResponseWriter, r *http.Request, user st
 	// member cannot make this miss an event or send a false one.
 	chat, changed, err := s.store.AddMemberChanged(r.Context(), chatID, user, req.UserID)
 	if err != nil {
-		writeStoreError(w, err)
+		s.writeStoreError(w, r, err)
 		return
 	}
 	s.chats.put(chat)
@@ -351,7 +351,7 @@ func (s *Server) handleRemoveMember(w http.ResponseWriter, r *http.Request, user
 	// user's pending messages on its way to it.
 	chat, cutoff, changed, err := s.store.RemoveMemberChanged(r.Context(), chatID, user, target)
 	if err != nil {
-		writeStoreError(w, err)
+		s.writeStoreError(w, r, err)
 		return
 	}
 	s.chats.forget(chatID)
@@ -461,7 +461,7 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request, user str
 	}
 	msgs, more, err := s.store.Messages(r.Context(), pq)
 	if err != nil {
-		writeStoreError(w, err)
+		s.writeStoreError(w, r, err)
 		return
 	}
 	out := make([]protocol.Message, len(msgs))

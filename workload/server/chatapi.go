@@ -93,7 +93,7 @@ func (s *Server) handleGetChat(w http.ResponseWriter, r *http.Request, user stri
 	}
 	c, err := s.store.ChatFor(r.Context(), chatID, user)
 	if err != nil {
-		writeStoreError(w, err)
+		s.writeStoreError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, toChatJSON(c, &c.Unread))
@@ -180,7 +180,7 @@ func (s *Server) handleRemoveAdmin(w http.ResponseWriter, r *http.Request, user 
 func (s *Server) adminChange(w http.ResponseWriter, r *http.Request, user string, change func(context.Context) (history.Chat, bool, error)) {
 	chat, changed, err := change(r.Context())
 	if err != nil {
-		writeStoreError(w, err)
+		s.writeStoreError(w, r, err)
 		return
 	}
 	if changed {

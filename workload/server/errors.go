@@ -112,12 +112,15 @@ func writeErrorRetry(w http.ResponseWriter, code, msg string, retryAfterMs int64
 }
 
 // writeStoreError answers a store error; unexpected failures say
-// "unavailable" without leaking internals.
-func writeStoreError(w http.ResponseWriter, err error) {
+// "unavailable" (503) without leaking internals, and are logged at WARN
+// with the request's method and path and the store's error, at most every
+// slogx.Interval with a count (the 503 is otherwise their only trace).
+func (s *Server) writeStoreError(w http.ResponseWriter, r *http.Request, err error) {
 	code := codeOf(err)
 	msg := clientMessage(err)
 	if code == protocol.CodeOverloaded || errors.Is(err, history.ErrUnavailable) {
 		code, msg = protocol.CodeUnavailable, "the store is unavailable; retry later"
+		s.warnStore.Warn(s.log, "HTTP request answered 503: the store failed", "method", r.Method, "path", r.URL.Path, "err", err)
 	}
 	writeError(w, code, msg)
 }

@@ -256,7 +256,7 @@ func (s *Server) handlePresence(w http.ResponseWriter, r *http.Request, user str
 	}
 	known, err := s.presence.watchers(r.Context(), user)
 	if err != nil {
-		writeStoreError(w, err)
+		s.writeStoreError(w, r, err)
 		return
 	}
 	var ask []string

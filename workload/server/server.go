@@ -203,7 +203,9 @@ type Server struct {
 	// Warnings that repeat per connection or per frame while the index is
 	// away, logged at most every slogx.Interval with a count.
 	warnRefused, warnAck *slogx.Sampled
-	tuningUnknown        string // the unknown tuning file names last warned about (tuning.go)
+	// warnStore: HTTP requests answered 503 because the store failed.
+	warnStore     *slogx.Sampled
+	tuningUnknown string // the unknown tuning file names last warned about (tuning.go)
 
 	commits commitHealth // recent group-commit outcomes, for /readyz
 	health  liveHealth   // the index's last check (degraded.go)
@@ -222,7 +224,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		log = slog.Default()
 	}
 	s := &Server{cfg: cfg, log: log, perUser: map[string]int{},
-		warnRefused: slogx.NewSampled(slogx.Interval), warnAck: slogx.NewSampled(slogx.Interval)}
+		warnRefused: slogx.NewSampled(slogx.Interval), warnAck: slogx.NewSampled(slogx.Interval),
+		warnStore: slogx.NewSampled(slogx.Interval)}
 	t := cfg.Tuning
 	s.tuning.Store(&t)
 	if cfg.TuningDir != "" {

@@ -4,10 +4,13 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"testing"
 
+	"github.com/tetra-messenger/tetra/internal/testenv"
 	"github.com/tetra-messenger/tetra/workload/history"
 	"github.com/tetra-messenger/tetra/workload/server"
 )
@@ -48,13 +51,16 @@ func (d downStore) ChatFor(ctx context.Context, chatID, user string) (history.Ch
 }
 
 // TestE2EUnavailable: a store that cannot answer gets HTTP 503 with the
-// code unavailable (PROTOCOL.md §7.8), never a 500, and the calls answer
-// again once it is back.
+// code unavailable (PROTOCOL.md §7.8), never a 500, the server logs it at
+// WARN with the path and the store's error, and the calls answer again
+// once it is back.
 func TestE2EUnavailable(t *testing.T) {
 	t.Parallel()
 	var down atomic.Bool
+	logs := &testenv.LogBuffer{}
 	e := newEnv(t, backends(t)[0], func(c *server.Config) {
 		c.WrapStore = func(s history.Store) history.Store { return downStore{Store: s, down: &down} }
+		c.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	})
 	g := e.createGroup("alice", "T", "bob")
 	down.Store(true)
@@ -75,6 +81,9 @@ func TestE2EUnavailable(t *testing.T) {
 		if ej := decode[errorJSON](t, raw); resp.StatusCode != http.StatusServiceUnavailable || ej.Error.Code != "unavailable" {
 			t.Errorf("GET %s with the store down: %d %s, want 503 unavailable", p, resp.StatusCode, raw)
 		}
+	}
+	if l := logs.Tail(1000); !strings.Contains(l, `level=WARN msg="HTTP request answered 503: the store failed" method=GET path=/api/chats err="test: history: store unavailable"`) {
+		t.Errorf("no WARN line for the first 503 in the server's log:\n%s", l)
 	}
 	down.Store(false)
 	if l := e.list7("alice", ""); len(l.Chats) != 1 {

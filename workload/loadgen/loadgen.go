@@ -549,7 +549,7 @@ func (r *run) connect(ctx context.Context) error {
 		owner := r.members[start]
 		var chatID string
 		if g == 2 {
-			chat, err := owner.c.CreateDirect(ctx, r.members[start+1].user)
+			chat, err := retrySetup(ctx, func() (client.Chat, error) { return owner.c.CreateDirect(ctx, r.members[start+1].user) })
 			if err != nil {
 				return fmt.Errorf("loadgen: create chat: %w", err)
 			}
@@ -559,7 +559,10 @@ func (r *run) connect(ctx context.Context) error {
 			for i := start + 1; i < end; i++ {
 				users = append(users, r.members[i].user)
 			}
-			chat, err := owner.c.CreateGroup(ctx, fmt.Sprintf("load group %d", start/g), users)
+			// A group whose 503 came after its commit is left unused.
+			chat, err := retrySetup(ctx, func() (client.Chat, error) {
+				return owner.c.CreateGroup(ctx, fmt.Sprintf("load group %d", start/g), users)
+			})
 			if err != nil {
 				return fmt.Errorf("loadgen: create group: %w", err)
 			}
@@ -1123,4 +1126,31 @@ func (t *local) outboxDepth(ctx context.Context) int64 {
 		return -1
 	}
 	return st.OutboxDepth
+}
+
+// setupTries is how many times retrySetup calls a setup request.
+const setupTries = 5
+
+// retrySetup calls f, a request of the run's setup, up to setupTries
+// times while the server answers it 503 unavailable or 429 rate_limited
+// (a store that failed over, a session ended under the request), waiting
+// 100 ms, 200 ms, 400 ms and 800 ms between the calls: a single such
+// answer no longer ends the run before it starts. Other errors, and the
+// last one, are returned.
+func retrySetup[T any](ctx context.Context, f func() (T, error)) (T, error) {
+	wait := 100 * time.Millisecond
+	for try := 1; ; try++ {
+		v, err := f()
+		var ce *client.Error
+		if err == nil || try == setupTries || !errors.As(err, &ce) ||
+			(ce.Code != protocol.CodeUnavailable && ce.Code != protocol.CodeRateLimited) {
+			return v, err
+		}
+		select {
+		case <-ctx.Done():
+			return v, err
+		case <-time.After(wait):
+		}
+		wait *= 2
+	}
 }

@@ -101,15 +101,49 @@ func (c core) Begin(ctx context.Context, op string) (storecore.ChangeTx, error) 
 	return &changeTx{tx: tx, op: op}, nil
 }
 
-// Read implements storecore.Backend: readTx, whose BEGIN is sent again on
-// another connection when the database ended the session under it
-// (again).
+// Read implements storecore.Backend: readTx. The reads that use it
+// (Messages, ChatFor, Sees, ChatList) are tried whole once more when the
+// database ended the session under them (again).
 func (c core) Read(ctx context.Context, op string) (storecore.ReadTx, error) {
-	tx, err := again(ctx, c.db, c.db.readTx)
+	tx, err := c.db.readTx(ctx)
 	if err != nil {
 		return nil, unavailable(op, err)
 	}
 	return readTx{tx}, nil
+}
+
+// Messages implements history.ChatAPI: storecore's Messages in one
+// read-only transaction (core.Read), tried whole once more when the
+// database ended the session under it, at its BEGIN or any statement
+// after (again).
+func (db *DB) Messages(ctx context.Context, q history.PageQuery) (page []history.Message, more bool, err error) {
+	_, err = again(ctx, db, func(ctx context.Context) (struct{}, error) {
+		page, more, err = db.Methods.Messages(ctx, q)
+		return struct{}{}, err
+	})
+	return page, more, err
+}
+
+// ChatFor implements history.ChatAPI: storecore's ChatFor, tried again as
+// Messages is.
+func (db *DB) ChatFor(ctx context.Context, chatID, user string) (history.Chat, error) {
+	return again(ctx, db, func(ctx context.Context) (history.Chat, error) { return db.Methods.ChatFor(ctx, chatID, user) })
+}
+
+// Sees implements history.ChatAPI: storecore's Sees, tried again as
+// Messages is.
+func (db *DB) Sees(ctx context.Context, chatID, user string, seq int64) (bool, error) {
+	return again(ctx, db, func(ctx context.Context) (bool, error) { return db.Methods.Sees(ctx, chatID, user, seq) })
+}
+
+// ChatList implements history.ChatAPI: storecore's ChatList, tried again
+// as Messages is.
+func (db *DB) ChatList(ctx context.Context, user, cursor string, limit int) (chats []history.Chat, next string, err error) {
+	_, err = again(ctx, db, func(ctx context.Context) (struct{}, error) {
+		chats, next, err = db.Methods.ChatList(ctx, user, cursor, limit)
+		return struct{}{}, err
+	})
+	return chats, next, err
 }
 
 // changeTx is a read-write transaction whose writes are queued in one
@@ -255,7 +289,7 @@ func (t readTx) Rollback() { txRollback(t.tx) }
 func (t readTx) Memberships(ctx context.Context, user, chatID string) ([]storecore.Membership, error) {
 	rows, err := t.tx.Query(ctx, membershipSQL, user, chatID)
 	if err != nil {
-		return nil, unavailable("chat list", err)
+		return nil, unavailable("memberships", err)
 	}
 	ms, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (storecore.Membership, error) {
 		var c history.Chat
@@ -270,7 +304,7 @@ func (t readTx) Memberships(ctx context.Context, user, chatID string) ([]storeco
 		return m, err
 	})
 	if err != nil {
-		return nil, unavailable("chat list", err)
+		return nil, unavailable("memberships", err)
 	}
 	return ms, nil
 }

@@ -279,3 +279,60 @@ func TestPeekWaitsForNoReader(t *testing.T) {
 	}
 	_ = conn.Conn().Close(context.Background()) // ends the blocked read; the pool discards the connection
 }
+
+// TestReadTxSurvivesSessionEndedInUse ends the session of a read-only
+// transaction while it waits, after its BEGIN, for a lock another session
+// holds on members (the peek cannot see a session in use): each of the
+// reads that run in one (Messages, ChatFor, Sees, ChatList) must be tried
+// whole once more and succeed. It fails when only their BEGIN is retried
+// (a helper's runs: HTTP 503s from GET /api/chats and the newest page
+// while sessions were ended every 0.2 s).
+func TestReadTxSurvivesSessionEndedInUse(t *testing.T) {
+	t.Parallel()
+	db := newDB(t)
+	ctx := t.Context()
+	chat := mustDirect(t, db, "alice", "bob")
+	seq := historytest.MustCommit(t, db, historytest.Draft(chat.ID, "alice", "k0", "hello"))[0].Message.Seq
+	raw := rawConn(t, db)
+	reads := []struct {
+		name string
+		run  func() error
+	}{
+		{"Messages", func() error {
+			_, _, err := db.Messages(ctx, history.PageQuery{ChatID: chat.ID, User: "alice", Before: history.PageEnd, Limit: 10})
+			return err
+		}},
+		{"ChatFor", func() error { _, err := db.ChatFor(ctx, chat.ID, "alice"); return err }},
+		{"Sees", func() error { _, err := db.Sees(ctx, chat.ID, "alice", seq); return err }},
+		{"ChatList", func() error { _, _, err := db.ChatList(ctx, "alice", "", 10); return err }},
+	}
+	for i, r := range reads {
+		lock, err := raw.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := lock.Exec(ctx, `LOCK TABLE members IN ACCESS EXCLUSIVE MODE`); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- r.run() }()
+		var waiting int
+		until(t, r.name+" waits for the lock", func() bool {
+			err := lock.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+				WHERE datname = current_database() AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()`).Scan(&waiting)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return waiting > 0
+		})
+		if err := lock.Rollback(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-done; err != nil {
+			t.Errorf("%s with its session ended while it waited: %v", r.name, err)
+		}
+		if got := db.SessionStats().ReadRetries; got != int64(i+1) {
+			t.Errorf("after %s: %d reads tried twice, want %d", r.name, got, i+1)
+		}
+	}
+}

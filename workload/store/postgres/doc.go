@@ -67,7 +67,8 @@
 // DB.shouldPing peeks at its socket (peek_unix.go) and has a connection
 // whose session ended pinged and replaced. A statement whose session
 // ended while it ran fails; a Commit is then tried once more
-// (DB.noteLost), and so is a read or a transaction's BEGIN (again).
+// (DB.noteLost), and so is a read, a read-only transaction whole, or the
+// BEGIN of a write's transaction (again).
 // DB.SessionStats counts all three.
 //
 // AddMember, RemoveMember, the admin changes, CreateGroupWith and the reads

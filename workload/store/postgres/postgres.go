@@ -312,9 +312,9 @@ type SessionStats struct {
 	// their connection ended under them, and were tried once more (see
 	// DB.Commit).
 	CommitRetries int64
-	// ReadRetries: reads, and the BEGIN of transactions, that failed
-	// because the session ended under them, and were tried once more
-	// (again).
+	// ReadRetries: reads (single statements or read-only transactions,
+	// whole) and the BEGINs of writes' transactions that failed because
+	// the session ended under them, and were tried once more (again).
 	ReadRetries int64
 }
 

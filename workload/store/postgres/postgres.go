@@ -82,7 +82,8 @@ type DB struct {
 	// peekOff turns shouldPing's look at the socket off (tests of what
 	// happens when a dead session is not seen before use).
 	peekOff bool
-	// sessionsEnded and commitRetries are SessionStats' counts.
+	// sessionsEnded, commitRetries and readRetries are SessionStats'
+	// counts.
 	sessionsEnded, commitRetries, readRetries atomic.Int64
 
 	closeOnce sync.Once
@@ -246,15 +247,16 @@ var errConnLost = errors.New("the database ended the connection's session")
 //   - a connection whose socket has bytes waiting or is closed
 //     (hasPending: one recv(2) that neither waits nor consumes), which
 //     is how a session the database ended while the connection sat idle
-//     looks: every operation, read or write, gets a live connection;
+//     looks, so no statement is sent on such a connection;
 //   - pgxpool's own rule, a connection idle for more than a second;
 //   - every connection while pingUntil is ahead, so that after one
 //     operation failed on a dead connection (noteLost) the others the
 //     same event ended are found by a ping too, even where their FATAL
 //     has not arrived yet.
 //
-// Each connection found dead by its socket is counted in Stats'
-// SessionsEnded.
+// Each connection its socket showed so is counted in SessionStats'
+// Ended. A session that ends while its connection is in use is not seen
+// here: again and Commit's retry are for that.
 func (db *DB) shouldPing(_ context.Context, p pgxpool.ShouldPingParams) bool {
 	if !db.peekOff && hasPending(p.Conn) {
 		db.sessionsEnded.Add(1)
@@ -304,9 +306,9 @@ func sessionEnded(err error) bool {
 // pg_terminate_backend); the server exports them as
 // tetra_store_sessions_ended_total and tetra_store_retries_total.
 type SessionStats struct {
-	// Ended: pooled connections whose socket showed the session had
-	// ended (DB.shouldPing), pinged and replaced before any statement was
-	// sent on them.
+	// Ended: idle pooled connections whose socket showed the session
+	// had ended as the pool handed them out (DB.shouldPing); each was
+	// pinged, and replaced when the ping failed.
 	Ended int64
 	// CommitRetries: Commit attempts that failed because the session of
 	// their connection ended under them, and were tried once more (see

@@ -33,7 +33,10 @@
 // (default 10 s). The fast path and the poller never both deliver a row to the
 // same connection: each connection keeps the position up to which the poller
 // examined its rows (its horizon) and the positions above it that the fast
-// path already sent.
+// path already sent. A pass raises every connection that follows the scan
+// at once, through the poller's floor (one number per partition), so its
+// cost does not grow with the connections; a connection that falls behind
+// makes the floor its own horizon.
 //
 // The push window: a connection never has more than maxPending message
 // frames unacknowledged. A row that does not fit waits in the outbox (the

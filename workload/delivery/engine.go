@@ -353,6 +353,7 @@ func (e *Engine) Register(ctx context.Context, c Conn) (*Member, error) {
 		connectedAt: now,
 		epoch:       epoch,
 		horizon:     map[int32]int64{},
+		since:       map[int32]int64{},
 		ahead:       map[pkey]struct{}{},
 		shed:        map[int32]int64{},
 		behind:      map[int32]time.Time{},
@@ -400,6 +401,7 @@ func (e *Engine) Register(ctx context.Context, c Conn) (*Member, error) {
 	m.mu.Lock()
 	for p, h := range start {
 		m.horizon[p] = h
+		m.followLocked(p, e.poller.floorOf(p))
 	}
 	m.mu.Unlock()
 	if e.link != nil {
@@ -501,7 +503,7 @@ func (e *Engine) Ack(ctx context.Context, m *Member, ids []string) error {
 		}
 	}
 	freed := matched > 0
-	waiting := len(m.behind) > 0 || len(m.shed) > 0
+	waiting := m.waitingLocked(e.poller.floorOf)
 	if freed {
 		m.noteWindowLocked(e.now(), e.tuning().MaxPending)
 	}

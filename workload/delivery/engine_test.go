@@ -12,7 +12,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -145,8 +144,7 @@ func newRigOn(t testing.TB, db *sqlite.DB, mutate func(*config.Tuning)) *rig {
 	}
 	e.partitions = parts
 	for _, p := range parts {
-		e.poller.scanPos[p] = new(atomic.Int64)
-		e.poller.scanPos[p].Store(-1)
+		e.poller.addPartition(p)
 		if err := r.idx.Hold(ctx, e.cfg.Holder, p, 0, time.Hour); err != nil {
 			t.Fatal(err)
 		}
@@ -997,5 +995,111 @@ func TestFastPathWorkersFollowTheIndex(t *testing.T) {
 	}
 	if got := len(e.fastPath.queues); got != 5 {
 		t.Errorf("Config.Concurrency 5: %d workers", got)
+	}
+}
+
+// handoff hands res to the fast path as the committer does (coverage
+// included) and delivers what it queued, as the workers would.
+func (r *rig) handoff(res []history.Result) {
+	r.t.Helper()
+	var batch []Committed
+	for _, x := range res {
+		batch = append(batch, Committed{Message: x.Message, Rows: x.Deliveries})
+	}
+	r.e.Handoff(batch)
+	for _, q := range r.e.fastPath.queues {
+		var items []fastItem
+		for len(q) > 0 {
+			items = append(items, <-q)
+		}
+		r.e.fastPath.deliver(items)
+	}
+}
+
+// A member the poller passed through its floor (the commits the fast path
+// delivered whole, so the scan never offered it a row) and that then falls
+// behind a full window is caught up from the floor, not from its own older
+// horizon: the rows under the floor were delivered and acknowledged, their
+// fast-path marks dropped, and a catch-up from below would send every one
+// again. The marks of rows the poller passed do not pile up either.
+func TestFloorBecomesTheHorizonOfAMemberFallingBehind(t *testing.T) {
+	r := newRig(t, func(tu *config.Tuning) { tu.MaxPending = 4 })
+	ctx := context.Background()
+	bob := newConn("bob", "phone")
+	m := r.register(bob)
+	ack := func(from int) {
+		t.Helper()
+		var ids []string
+		for _, f := range bob.all()[from:] {
+			ids = append(ids, messageIDOf(t, f))
+		}
+		if err := r.e.Ack(ctx, m, ids); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The scan starts with a row it reads; from there on the fast path's
+	// coverage lets it pass what was delivered whole.
+	r.handoff(r.commit(1))
+	r.e.PollOnce(ctx)
+	ack(0)
+	for i := 0; i < 3*minAheadLimit; i++ {
+		r.handoff(r.commit(1))
+		ack(bob.count() - 1)
+		r.e.PollOnce(ctx)
+	}
+	p := int32(0)
+	m.mu.Lock()
+	own, floor, marks := m.horizon[p], r.e.poller.floorOf(p), len(m.ahead)
+	m.mu.Unlock()
+	if own >= floor {
+		t.Fatalf("own horizon %d, floor %d: the scan offered bob rows, the floor was not what passed him", own, floor)
+	}
+	if marks > minAheadLimit {
+		t.Fatalf("%d fast-path marks kept for rows the poller passed, want at most %d", marks, minAheadLimit)
+	}
+	// Fill the window with the fast path, then one more: the scan meets
+	// it with the window full, and bob falls behind there.
+	before := bob.count()
+	r.handoff(r.commit(4))
+	last := r.commit(1)
+	r.handoff(last)
+	r.e.PollOnce(ctx)
+	if st := r.e.Stats(); st.Behind != 1 {
+		t.Fatalf("%d members behind, want bob", st.Behind)
+	}
+	ack(before)
+	r.e.PollOnce(ctx) // the catch-up
+	seen := map[string]int{}
+	for _, f := range bob.all() {
+		seen[messageIDOf(t, f)]++
+	}
+	want := 1 + 3*minAheadLimit + 5
+	if bob.count() != want || len(seen) != want {
+		t.Fatalf("bob got %d frames of %d messages, want %d of %d (no message twice)", bob.count(), len(seen), want, want)
+	}
+	if seen[last[0].Message.ID] != 1 {
+		t.Fatal("the message bob fell behind at was not delivered by the catch-up")
+	}
+}
+
+// Fast-path marks above the horizon are what keep the poller from sending
+// again a message the fast path sent and the client acknowledged before
+// the scan came to its row: dropping stale marks must keep every live one,
+// however many there are.
+func TestLiveMarksSurviveTheirPruning(t *testing.T) {
+	r := newRig(t, nil)
+	ctx := context.Background()
+	bob := newConn("bob", "phone")
+	m := r.register(bob)
+	n := 3 * minAheadLimit
+	for i := 0; i < n; i++ {
+		r.e.fastPath.deliver(fastItemsFor(r.e, r.commit(1))) // no coverage: the scan reads every row
+		if err := r.e.Ack(ctx, m, []string{messageIDOf(t, bob.all()[i])}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.e.PollOnce(ctx)
+	if got := bob.count(); got != n {
+		t.Fatalf("bob got %d frames, want %d: the scan sent acknowledged messages again", got, n)
 	}
 }

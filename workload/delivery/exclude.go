@@ -119,7 +119,7 @@ func (e *Engine) excludeHere(ctx context.Context, x exclusion) {
 				drop = append(drop, id)
 			}
 		}
-		waiting := len(m.behind) > 0 || len(m.shed) > 0
+		waiting := m.waitingLocked(e.poller.floorOf)
 		m.mu.Unlock()
 		if len(drop) == 0 {
 			continue

@@ -100,7 +100,7 @@ func (f *fastPath) handoff(batch []Committed) {
 				case f.queues[m.shard] <- it:
 				default:
 					m.mu.Lock()
-					if cur, ok := m.shed[d.Partition]; !ok || d.Pos < cur {
+					if cur, ok := m.shed[d.Partition]; !ok || d.Pos < cur || !m.sheddingLocked(d.Partition, e.poller.floorOf(d.Partition)) {
 						m.shed[d.Partition] = d.Pos
 					}
 					m.mu.Unlock()
@@ -212,7 +212,8 @@ func (f *fastPath) deliver(batch []fastItem) {
 		m := it.m
 		k := pkey{it.entry.Partition, it.entry.Pos}
 		m.mu.Lock()
-		if h := m.horizon[k.p]; k.pos <= h || m.isBehind(k.p) {
+		floor := e.poller.floorOf(k.p)
+		if h := m.horizonLocked(k.p, floor); k.pos <= h || m.isBehind(k.p) {
 			if it.cov != nil && (h == maxPos || k.pos > h) {
 				// Registering, or behind: the poller decides (a catch-up
 				// that ends below this row leaves it to the scan).
@@ -221,7 +222,7 @@ func (f *fastPath) deliver(batch []fastItem) {
 			m.mu.Unlock() // examined already, or the catch-up delivers it in order
 			continue
 		}
-		if _, shedding := m.shed[k.p]; shedding {
+		if m.sheddingLocked(k.p, floor) {
 			if it.cov != nil {
 				it.cov.dirty.Store(true)
 			}
@@ -248,11 +249,11 @@ func (f *fastPath) deliver(batch []fastItem) {
 			e.deferred.Add(1)
 			continue
 		case slotHeld:
-			m.ahead[k] = struct{}{}
+			m.markAheadLocked(k, e.poller.floorOf)
 			m.mu.Unlock()
 			continue
 		}
-		m.ahead[k] = struct{}{}
+		m.markAheadLocked(k, e.poller.floorOf)
 		if len(m.behind) > 0 { // behind in another partition
 			m.noteWindowLocked(e.now(), window)
 		}

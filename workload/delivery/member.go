@@ -25,9 +25,25 @@ type Member struct {
 	epoch       int64        // the device claim's epoch in a shared index; 0 without one
 	lastSeen    atomic.Int64 // unix nanos
 
-	mu      sync.Mutex
-	horizon map[int32]int64 // rows at or below were examined by the poller (or precede the connection)
-	ahead   map[pkey]struct{}
+	mu sync.Mutex
+	// horizon is, per partition, the member's own horizon: rows at or
+	// below were examined by the poller for it (or precede the
+	// connection). The poller also passes every member that follows its
+	// scan at once, through its floor (poller.floorOf), which stands for
+	// the horizon of each member not behind whose own horizon is lower,
+	// from the first floor set after since[p]: horizonLocked is the
+	// horizon every check uses.
+	horizon map[int32]int64
+	// since is, per partition, the poller's floor when the member began
+	// to follow the scan (its start became known, or it caught up): a
+	// floor no higher was set before and does not count for it.
+	since map[int32]int64
+	// ahead holds the positions above the horizon the fast path sent;
+	// marks at or below the horizon are stale and dropped in passing
+	// (markAheadLocked) once there are aheadLimit of them, or by the
+	// poller as it passes them.
+	ahead      map[pkey]struct{}
+	aheadLimit int
 	// shed is the lowest position the fast path left to the poller for
 	// this member (per partition), or absent. While set, later fast-path
 	// items are left to the poller too, so the member still receives
@@ -109,6 +125,75 @@ func (m *Member) reserveLocked(it item, window int) slot {
 	return slotTaken
 }
 
+// horizonLocked returns m's horizon in p given the poller's floor for p
+// (poller.floorOf): its own horizon, or the floor where that is higher,
+// the member follows the scan (its start is known and it is not behind)
+// and the floor was set after it began to (since). The caller holds m.mu.
+func (m *Member) horizonLocked(p int32, floor int64) int64 {
+	h := m.horizon[p]
+	if h == maxPos || floor <= h || floor <= m.since[p] || m.isBehind(p) {
+		return h
+	}
+	return floor
+}
+
+// followLocked records that m follows the poller's scan in p from now on,
+// whose floor is floor: its start became known or it caught up. The
+// caller holds m.mu.
+func (m *Member) followLocked(p int32, floor int64) {
+	m.since[p] = floor
+}
+
+// sheddingLocked reports whether the fast path leaves m's items in p to
+// the poller (see Member.shed), dropping a mark the horizon has passed;
+// the caller holds m.mu.
+func (m *Member) sheddingLocked(p int32, floor int64) bool {
+	at, ok := m.shed[p]
+	if ok && at <= m.horizonLocked(p, floor) {
+		delete(m.shed, p)
+		return false
+	}
+	return ok
+}
+
+// minAheadLimit is the number of fast-path marks a member holds before
+// it first drops the stale ones (pruneStaleLocked).
+const minAheadLimit = 32
+
+// markAheadLocked records that the fast path sent position k, and drops
+// the stale marks once there are aheadLimit of them; floorOf gives the
+// poller's floors. The caller holds m.mu.
+func (m *Member) markAheadLocked(k pkey, floorOf func(int32) int64) {
+	m.ahead[k] = struct{}{}
+	if len(m.ahead) < max(m.aheadLimit, minAheadLimit) {
+		return
+	}
+	for a := range m.ahead {
+		if a.pos <= m.horizonLocked(a.p, floorOf(a.p)) {
+			delete(m.ahead, a)
+		}
+	}
+	// Marks still above the horizon are live (the poller has not come to
+	// them): look again only when their number has doubled, so a poller
+	// far behind costs each mark O(1) on average.
+	m.aheadLimit = 2 * len(m.ahead)
+}
+
+// waitingLocked reports whether rows wait in the outbox for m: it is
+// behind somewhere, or the fast path left it items (shed) its horizon has
+// not passed. The caller holds m.mu.
+func (m *Member) waitingLocked(floorOf func(int32) int64) bool {
+	if len(m.behind) > 0 {
+		return true
+	}
+	for p := range m.shed {
+		if m.sheddingLocked(p, floorOf(p)) {
+			return true
+		}
+	}
+	return false
+}
+
 // isBehind reports whether rows of partition p wait for m's window; the
 // caller holds m.mu.
 func (m *Member) isBehind(p int32) bool {
@@ -117,8 +202,12 @@ func (m *Member) isBehind(p int32) bool {
 }
 
 // fallBehindLocked records that the message accepted at oldest, and what
-// follows it in partition p, wait for m's window; the caller holds m.mu.
-func (m *Member) fallBehindLocked(p int32, oldest, now time.Time, window int) {
+// follows it in partition p, wait for m's window; floor is the poller's
+// floor for p. The caller holds m.mu.
+func (m *Member) fallBehindLocked(p int32, floor int64, oldest, now time.Time, window int) {
+	// From here the catch-up starts at the horizon: the floor that stood
+	// for it becomes its own.
+	m.horizon[p] = m.horizonLocked(p, floor)
 	if len(m.behind) == 0 {
 		m.heldFull, m.fullSince, m.behindSince = 0, time.Time{}, now
 	}

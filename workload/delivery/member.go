@@ -157,7 +157,7 @@ func (m *Member) sheddingLocked(p int32, floor int64) bool {
 }
 
 // minAheadLimit is the number of fast-path marks a member holds before
-// it first drops the stale ones (pruneStaleLocked).
+// it first drops the stale ones (markAheadLocked).
 const minAheadLimit = 32
 
 // markAheadLocked records that the fast path sent position k, and drops
